@@ -1,0 +1,14 @@
+"""numpyro-gmm: Gaussian mixtures for NumPyro with a fast, differentiable entropy."""
+
+from .compositions import num_compositions, weak_compositions
+from .entropy import DEFAULT_ORDER, FLOAT32_SAFE_ORDER, legendre_entropy
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_ORDER",
+    "FLOAT32_SAFE_ORDER",
+    "legendre_entropy",
+    "num_compositions",
+    "weak_compositions",
+]

@@ -1,0 +1,1 @@
+"""Pure numerical kernels: arrays and static ints in, arrays out. No NumPyro objects here."""

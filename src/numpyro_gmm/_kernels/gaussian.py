@@ -1,0 +1,100 @@
+"""Gaussian components in information form, and small dense linear algebra.
+
+All functions are pure and batch over leading axes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+from jax.scipy.linalg import solve_triangular
+
+Array = jnp.ndarray
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+# Up to this dimension the Cholesky factorisation and the triangular solve are unrolled
+# into elementwise operations over the batch (d(d+1)/2 fused expressions), which beats a
+# batched LAPACK call on many tiny matrices; beyond it LAPACK is used.
+UNROLL_MAX_DIM = 8
+
+
+def information_form(locs: Array, scale_tril: Array | None, scale: Array | None):
+    """Precision, precision-times-mean and log-determinant of each component.
+
+    Args:
+      locs: ``(K, d)`` means (already centred by the caller if desired).
+      scale_tril: ``(K, d, d)`` lower Cholesky factors ``L_i`` of ``Sigma_i = L_i L_i^T``,
+        or ``None`` when ``scale`` is given.
+      scale: ``(K, d)`` standard deviations of diagonal components, or ``None``.
+
+    Returns:
+      ``(prec, h, log_det_cov)`` with ``prec`` ``(K, d, d)`` (full) or ``(K, d)``
+      (diagonal: the diagonal of the precision), ``h = prec @ mu`` ``(K, d)`` and
+      ``log|Sigma_i|`` ``(K,)``.
+    """
+    if scale is not None:
+        prec = 1.0 / jnp.square(scale)
+        return prec, prec * locs, 2.0 * jnp.sum(jnp.log(scale), axis=-1)
+    d = locs.shape[-1]
+    eye = jnp.broadcast_to(jnp.eye(d, dtype=locs.dtype), scale_tril.shape)
+    l_inv = solve_triangular(scale_tril, eye, lower=True)  # L^-1
+    prec = jnp.swapaxes(l_inv, -1, -2) @ l_inv  # Sigma^-1 = L^-T L^-1
+    # Symmetrise: the two triangles come out of the product with different rounding.
+    prec = 0.5 * (prec + jnp.swapaxes(prec, -1, -2))
+    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(scale_tril, axis1=-2, axis2=-1)), axis=-1)
+    return prec, jnp.einsum("kij,kj->ki", prec, locs), log_det
+
+
+def logdet_and_quad(prec: Array, eta: Array, diagonal: bool):
+    """``(ln|Lambda|, eta^T Lambda^-1 eta)`` for a batch of SPD ``Lambda``.
+
+    ``prec`` is ``(B, d, d)`` or, when ``diagonal``, ``(B, d)``; ``eta`` is ``(B, d)``.
+    """
+    if diagonal:
+        return jnp.sum(jnp.log(prec), -1), jnp.sum(jnp.square(eta) / prec, -1)
+    d = prec.shape[-1]
+    if d > UNROLL_MAX_DIM:
+        chol = jnp.linalg.cholesky(prec)
+        z = solve_triangular(chol, eta[..., None], lower=True)[..., 0]
+        diag = jnp.diagonal(chol, axis1=-2, axis2=-1)
+        return 2.0 * jnp.sum(jnp.log(diag), -1), jnp.sum(jnp.square(z), -1)
+    return _unrolled_logdet_and_quad(prec, eta)
+
+
+def _unrolled_logdet_and_quad(prec: Array, eta: Array):
+    # Cholesky-Banachiewicz on columns of the batch: L[i][j] are arrays of shape (B,).
+    # A non-positive pivot gives sqrt(<0) = NaN, which propagates: never a silent value.
+    d = prec.shape[-1]
+    chol = [[None] * d for _ in range(d)]
+    for j in range(d):
+        s = prec[..., j, j]
+        for k in range(j):
+            s = s - chol[j][k] * chol[j][k]
+        chol[j][j] = jnp.sqrt(s)
+        for i in range(j + 1, d):
+            s = prec[..., i, j]
+            for k in range(j):
+                s = s - chol[i][k] * chol[j][k]
+            chol[i][j] = s / chol[j][j]
+    # Forward substitution z = L^-1 eta, so eta^T Lambda^-1 eta = |z|^2.
+    z = []
+    for i in range(d):
+        s = eta[..., i]
+        for k in range(i):
+            s = s - chol[i][k] * z[k]
+        z.append(s / chol[i][i])
+    log_det = 2.0 * sum(jnp.log(chol[j][j]) for j in range(d))
+    quad = sum(zi * zi for zi in z)
+    return log_det, quad
+
+
+def log_gaussian_peak(log_det_cov: Array, d: int) -> Array:
+    """``ln N(mu; mu, Sigma) = -(d ln 2pi + ln|Sigma|) / 2``, the maximum of a Gaussian density."""
+    return -0.5 * (d * LOG_2PI + log_det_cov)
+
+
+def all_finite(*xs: Array) -> Array:
+    """Scalar boolean: every entry of every array is finite."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in xs]))
