@@ -1,14 +1,16 @@
 """numpyro-gmm: Gaussian mixtures for NumPyro with a fast, differentiable entropy."""
 
 from .compositions import num_compositions, weak_compositions
-from .entropy import DEFAULT_ORDER, FLOAT32_SAFE_ORDER, legendre_entropy
+from .entropy import DEFAULT_ORDER, ENTROPY_METHODS, FLOAT32_SAFE_ORDER, legendre_entropy, mixture_entropy
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_ORDER",
+    "ENTROPY_METHODS",
     "FLOAT32_SAFE_ORDER",
     "legendre_entropy",
+    "mixture_entropy",
     "num_compositions",
     "weak_compositions",
 ]

@@ -19,7 +19,14 @@ from ._kernels.gaussian import all_finite
 from ._kernels.power_integrals import DEFAULT_BLOCK_SIZE
 from ._validation import check_int, check_mixture_shapes, float_dtype
 
-__all__ = ["legendre_entropy", "DEFAULT_ORDER", "FLOAT32_SAFE_ORDER", "DEFAULT_BLOCK_SIZE"]
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_ORDER",
+    "ENTROPY_METHODS",
+    "FLOAT32_SAFE_ORDER",
+    "legendre_entropy",
+    "mixture_entropy",
+]
 
 #: Default order of the Legendre series (see ``benchmarks/accuracy_order.py``).
 DEFAULT_ORDER = 8
@@ -124,3 +131,30 @@ def legendre_entropy(
         log_w, locs, scale_tril, scale, order=order, log_a=log_a, block_size=block_size
     )
     return jnp.where(ok, h, jnp.nan)
+
+
+#: Estimators reachable through :func:`mixture_entropy` and ``GaussianMixture.entropy``.
+#: Each takes ``(logits, locs, scale_tril=None, *, scale=None, **options)``.
+ENTROPY_METHODS = {
+    "legendre": legendre_entropy,
+}
+
+
+def mixture_entropy(
+    logits: Array,
+    locs: Array,
+    scale_tril: Array | None = None,
+    *,
+    scale: Array | None = None,
+    method: str = "legendre",
+    **options,
+):
+    """Entropy of one mixture by the estimator named ``method`` (see :data:`ENTROPY_METHODS`).
+
+    ``options`` go to that estimator (for example ``order`` for ``"legendre"``).
+    """
+    try:
+        fn = ENTROPY_METHODS[method]
+    except KeyError:
+        raise ValueError(f"method must be one of {sorted(ENTROPY_METHODS)}, got {method!r}") from None
+    return fn(logits, locs, scale_tril, scale=scale, **options)
