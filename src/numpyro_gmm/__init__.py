@@ -1,6 +1,7 @@
 """numpyro-gmm: Gaussian mixtures for NumPyro with a fast, differentiable entropy."""
 
 from .compositions import num_compositions, weak_compositions
+from .distribution import GaussianMixture
 from .entropy import DEFAULT_ORDER, ENTROPY_METHODS, FLOAT32_SAFE_ORDER, legendre_entropy, mixture_entropy
 
 __version__ = "0.1.0"
@@ -9,6 +10,7 @@ __all__ = [
     "DEFAULT_ORDER",
     "ENTROPY_METHODS",
     "FLOAT32_SAFE_ORDER",
+    "GaussianMixture",
     "legendre_entropy",
     "mixture_entropy",
     "num_compositions",
