@@ -14,9 +14,14 @@ import warnings
 import jax.numpy as jnp
 from jax.nn import log_softmax
 
+from ._kernels import bounds as _bounds
+from ._kernels import frontier as _frontier
 from ._kernels import legendre as _legendre
+from ._kernels import modes as _modes
+from ._kernels import monte_carlo as _monte_carlo
+from ._kernels import taylor as _taylor
 from ._kernels.gaussian import all_finite
-from ._kernels.power_integrals import DEFAULT_BLOCK_SIZE
+from ._kernels.power_integrals import DEFAULT_BLOCK_SIZE, log_moments
 from ._validation import check_int, check_mixture_shapes, float_dtype
 
 __all__ = [
@@ -24,8 +29,17 @@ __all__ = [
     "DEFAULT_ORDER",
     "ENTROPY_METHODS",
     "FLOAT32_SAFE_ORDER",
+    "entropy_bounds",
+    "gamma_entropy",
+    "huber_lower_bound",
+    "huber_upper_bound",
     "legendre_entropy",
     "mixture_entropy",
+    "moment_matched_upper_bound",
+    "monte_carlo_entropy",
+    "pairwise_bhattacharyya_lower_bound",
+    "pairwise_kl_upper_bound",
+    "taylor_entropy",
 ]
 
 #: Default order of the Legendre series (see ``benchmarks/accuracy_order.py``).
@@ -52,6 +66,20 @@ def _prepare(logits, locs, scale_tril, scale):
     # are legitimate zero weights.
     ok = all_finite(locs, factor) & ~jnp.any(jnp.isnan(logits) | (logits == jnp.inf))
     return log_softmax(logits), locs, scale_tril, scale, ok, dtype
+
+
+def _user_log_a(a, log_w, locs, scale_tril, scale, dtype):
+    """``ln a`` for the ``a`` option: ``None``/``"paper"`` -> ``None`` (the kernel's bound),
+    ``"mode"`` -> ln of the highest mode found, a positive scalar -> its log."""
+    if a is None or (isinstance(a, str) and a == "paper"):
+        return None
+    if isinstance(a, str):
+        if a == "mode":
+            return _modes.log_max_density(log_w, locs, scale_tril, scale)
+        raise ValueError(f"a must be None, 'paper', 'mode' or a positive scalar, got {a!r}")
+    if jnp.ndim(a) != 0:
+        raise ValueError(f"a must be a positive scalar, got shape {jnp.shape(a)}")
+    return jnp.log(jnp.asarray(a, dtype))
 
 
 def _check_order(order, dtype) -> int:
@@ -102,9 +130,12 @@ def legendre_entropy(
       scale: ``(K, d)`` standard deviations of diagonal covariances (instead of ``scale_tril``).
       order: static degree ``N >= 1`` of the series. Beyond :data:`FLOAT32_SAFE_ORDER`
         float32 is not accurate and a ``UserWarning`` is emitted.
-      a: an upper bound on the density, default the paper's
+      a: an upper bound on the density, default (``None`` or ``"paper"``) the paper's
         ``sum_i w_i N(mu_i; mu_i, Sigma_i)``. A value below ``max p`` takes ``u`` outside
-        ``[0, 1]``, where the series is not an approximation of ``ln u``.
+        ``[0, 1]``, where the series is not an approximation of ``ln u``. ``"mode"`` uses
+        the highest mode found by fixed-point iterations from every mean
+        (:func:`numpyro_gmm._kernels.modes.log_max_density`): tighter, but not guaranteed
+        to be ``>= max p`` (see the accuracy table for when it helps).
       block_size: static number of compositions evaluated at once; peak memory is
         proportional to it.
 
@@ -122,21 +153,250 @@ def legendre_entropy(
     log_w, locs, scale_tril, scale, ok, dtype = _prepare(logits, locs, scale_tril, scale)
     order = _check_order(order, dtype)
     block_size = check_int("block_size", block_size, 1)
-    log_a = None
-    if a is not None:
-        if jnp.ndim(a) != 0:
-            raise ValueError(f"a must be a positive scalar, got shape {jnp.shape(a)}")
-        log_a = jnp.log(jnp.asarray(a, dtype))
+    log_a = _user_log_a(a, log_w, locs, scale_tril, scale, dtype)
     h = _legendre.legendre_entropy(
         log_w, locs, scale_tril, scale, order=order, log_a=log_a, block_size=block_size
     )
     return jnp.where(ok, h, jnp.nan)
 
 
+def taylor_entropy(
+    logits: Array,
+    locs: Array,
+    scale_tril: Array | None = None,
+    *,
+    scale: Array | None = None,
+    order: int = DEFAULT_ORDER,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> Array:
+    r"""Truncated convergent Taylor series of ``ln p`` around ``a``: a certified lower bound.
+
+    .. math::
+
+        H_N = -\ln a + \sum_{n=1}^{N} \frac1n E_p\big[(1 - p(X)/a)^n\big] \;\le\; H[p],
+
+    with the paper's ``a = sum_i w_i N(mu_i; mu_i, Sigma_i) >= max p``, so every dropped
+    term is ``<= 0``; the bound rises monotonically with ``N`` towards ``H`` (slowly: it
+    is the loosest of the moment estimators). Dahlke & Pacheco, *On convergence of
+    polynomial approximations to the Gaussian mixture entropy*, NeurIPS 2023. Uses the same
+    power moments as :func:`legendre_entropy`; coefficients grow like ``2^N / N`` only, so
+    no float32 order limit applies (float32 rounding may move it up by ``~1e-5``).
+
+    Args: as :func:`legendre_entropy` (``order >= 1``; no ``a``: the bound needs the paper's).
+    Returns: a scalar; NaN when a parameter is not finite.
+    """
+    log_w, locs, scale_tril, scale, ok, dtype = _prepare(logits, locs, scale_tril, scale)
+    order = check_int("order", order, 1)
+    block_size = check_int("block_size", block_size, 1)
+    log_a, lm = log_moments(log_w, locs, scale_tril, scale, k_max=order, block_size=block_size)
+    return jnp.where(ok, _taylor.taylor_entropy_from_moments(lm, log_a, order), jnp.nan)
+
+
+def gamma_entropy(
+    logits: Array,
+    locs: Array,
+    scale_tril: Array | None = None,
+    *,
+    scale: Array | None = None,
+    order: int = DEFAULT_ORDER,
+    a: Array | float | str | None = "mode",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> Array:
+    r"""Gamma fit of ``t = -ln(p(X)/a)`` plus a polynomial correction (an approximation).
+
+    The moments ``L(k) = E_p[(p/a)^k] = E_p[e^{-k t}]`` are the Laplace transform of ``t``
+    and ``H = -ln a + E[t]``. Fit ``t ~ Gamma(s, theta)`` to ``L(1), L(2)``
+    (``ln L(k) = -s ln(1 + k/theta)``), then correct the fit's mean ``s/theta`` by the slope
+    at ``k = 0`` of the polynomial interpolating the residual
+    ``r(k) = ln L(k) + s ln(1 + k/theta)`` at ``k = 0..N``:
+
+    .. math::
+
+        H \approx -\ln a + s/\theta - r'(0), \qquad
+        r'(0) = \sum_{n=1}^{N} \frac{(-1)^{n+1}}{n} \Delta^n r(0).
+
+    Exact for one Gaussian in any dimension (``t ~ Gamma(d/2, 1)`` when ``a`` is its
+    maximum), and it works on ``ln L(k)`` directly, so the float32 cancellation of the
+    Legendre series does not arise. Not a bound. Moments: Dahlke & Pacheco, NeurIPS 2023;
+    the estimator is this project's (see :mod:`numpyro_gmm._kernels.frontier` and the
+    accuracy table in the documentation).
+
+    Args: as :func:`legendre_entropy`, with ``order >= 2`` and ``a`` defaulting to
+      ``"mode"`` (the highest mode found from every mean; ``"paper"``/``None`` gives the
+      paper's bound, a positive scalar is used as given).
+    Returns: a scalar; NaN when a parameter is not finite.
+    """
+    log_w, locs, scale_tril, scale, ok, dtype = _prepare(logits, locs, scale_tril, scale)
+    order = check_int("order", order, 2)
+    block_size = check_int("block_size", block_size, 1)
+    log_a_user = _user_log_a(a, log_w, locs, scale_tril, scale, dtype)
+    log_a, lm = log_moments(log_w, locs, scale_tril, scale, k_max=order, block_size=block_size)
+    if log_a_user is not None:
+        lm = lm - jnp.arange(1, order + 1, dtype=lm.dtype) * (log_a_user - log_a)
+        log_a = log_a_user
+    return jnp.where(ok, _frontier.gamma_entropy_from_moments(lm, log_a, order), jnp.nan)
+
+
+def _closed_form(kernel):
+    def fn(logits, locs, scale_tril=None, *, scale=None):
+        log_w, locs, scale_tril, scale, ok, _ = _prepare(logits, locs, scale_tril, scale)
+        return jnp.where(ok, kernel(log_w, locs, scale_tril, scale), jnp.nan)
+
+    return fn
+
+
+def huber_lower_bound(logits, locs, scale_tril=None, *, scale=None) -> Array:
+    r"""Huber et al. lower bound (Jensen per component), certified:
+
+    .. math::
+
+        H \ge -\sum_i w_i \ln \sum_j w_j\, N(\mu_i; \mu_j, \Sigma_i + \Sigma_j).
+
+    M. Huber, T. Bailey, H. Durrant-Whyte, U. Hanebeck, *On entropy approximation for
+    Gaussian mixture random vectors*, MFI 2008. ``O(K^2 d^3)``, no power moments.
+    """
+    return _closed_form(_bounds.huber_lower)(logits, locs, scale_tril, scale=scale)
+
+
+def huber_upper_bound(logits, locs, scale_tril=None, *, scale=None) -> Array:
+    r"""Huber et al. upper bound ``H(X) <= H(X, Z)``, certified:
+
+    .. math::
+
+        H \le \sum_i w_i \big(-\ln w_i + \tfrac12 \ln|2\pi e \Sigma_i|\big).
+
+    Huber et al., MFI 2008 (see :func:`huber_lower_bound`). Tight for well-separated
+    components, loose (by up to ``ln K``) for overlapping ones.
+    """
+    return _closed_form(_bounds.huber_upper)(logits, locs, scale_tril, scale=scale)
+
+
+def pairwise_bhattacharyya_lower_bound(logits, locs, scale_tril=None, *, scale=None) -> Array:
+    r"""Kolchinsky & Tracey pairwise-distance estimator with the Bhattacharyya distance, a
+    certified lower bound:
+
+    .. math::
+
+        H \ge \sum_i w_i H_i - \sum_i w_i \ln \sum_j w_j e^{-D_B(p_i, p_j)},\quad
+        D_B = \tfrac18 \Delta\mu^T \bar\Sigma^{-1} \Delta\mu
+              + \tfrac12 \ln\frac{|\bar\Sigma|}{\sqrt{|\Sigma_i||\Sigma_j|}},\
+        \bar\Sigma = \tfrac{\Sigma_i + \Sigma_j}{2}.
+
+    A. Kolchinsky, B. Tracey, *Estimating mixture entropy with pairwise distances*,
+    Entropy 19(7), 2017.
+    """
+    return _closed_form(_bounds.pairwise_bhattacharyya_lower)(logits, locs, scale_tril, scale=scale)
+
+
+def pairwise_kl_upper_bound(logits, locs, scale_tril=None, *, scale=None) -> Array:
+    r"""Kolchinsky & Tracey pairwise-distance estimator with the Kullback-Leibler
+    divergence, a certified upper bound:
+    ``H <= sum_i w_i H_i - sum_i w_i ln sum_j w_j exp(-KL(p_i || p_j))``.
+
+    Kolchinsky & Tracey, Entropy 19(7), 2017 (see :func:`pairwise_bhattacharyya_lower_bound`).
+    """
+    return _closed_form(_bounds.pairwise_kl_upper)(logits, locs, scale_tril, scale=scale)
+
+
+def moment_matched_upper_bound(logits, locs, scale_tril=None, *, scale=None) -> Array:
+    r"""Entropy of the moment-matched Gaussian, a certified upper bound (a Gaussian has the
+    largest entropy for a given covariance):
+
+    .. math::
+
+        H \le \tfrac12 \ln|2\pi e\, \Sigma_{mix}|, \quad
+        \Sigma_{mix} = \sum_i w_i \big(\Sigma_i + (\mu_i - \bar\mu)(\mu_i - \bar\mu)^T\big).
+
+    Cover & Thomas, *Elements of Information Theory*, theorem 8.6.5; listed among the
+    bounds in Huber et al., MFI 2008.
+    """
+    return _closed_form(_bounds.moment_matched_upper)(logits, locs, scale_tril, scale=scale)
+
+
+def monte_carlo_entropy(
+    logits: Array,
+    locs: Array,
+    scale_tril: Array | None = None,
+    *,
+    scale: Array | None = None,
+    key: Array,
+    num_samples: int = 4096,
+):
+    r"""Stratified Monte Carlo estimate and its standard error, ``(estimate, se)``.
+
+    .. math::
+
+        \hat H = -\sum_i w_i \frac1S \sum_{s=1}^{S} \ln p(\mu_i + L_i z_{i,s}),\quad
+        z_{i,s} \sim N(0, I),\ S = \lceil \text{num\_samples} / K \rceil,
+
+    ``se = (sum_i w_i^2 var_s[ln p(x_{i,s})] / S)^(1/2)``. Unbiased, not a bound;
+    reparameterised, so its gradient is an unbiased estimate of the entropy's gradient
+    with respect to every parameter. Standard Monte Carlo (e.g. Huber et al., MFI 2008,
+    section III), stratified by component.
+
+    Args:
+      key: a ``jax.random`` key.
+      num_samples: static total number of draws (``>= 2 K`` so that each component has a
+        variance estimate).
+    """
+    log_w, locs, scale_tril, scale, ok, _ = _prepare(logits, locs, scale_tril, scale)
+    K = locs.shape[0]
+    num_samples = check_int("num_samples", num_samples, 2 * K)
+    est, se = _monte_carlo.monte_carlo_entropy(log_w, locs, scale_tril, scale, key=key, num_samples=num_samples)
+    nan = jnp.asarray(jnp.nan, est.dtype)
+    return jnp.where(ok, est, nan), jnp.where(ok, se, nan)
+
+
+def entropy_bounds(
+    logits: Array,
+    locs: Array,
+    scale_tril: Array | None = None,
+    *,
+    scale: Array | None = None,
+    order: int = DEFAULT_ORDER,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+):
+    """Tightest certified bounds ``(lower, upper)`` on the entropy.
+
+    ``lower = max(huber_lower, pairwise_bhattacharyya_lower, taylor(order))`` and
+    ``upper = min(huber_upper, pairwise_kl_upper, moment_matched_upper)`` (see each
+    function for its formula and reference). Every term is a bound in exact arithmetic;
+    in float32 rounding may move a bound by ``~1e-5`` relative. ``order`` is the order of
+    the Taylor lower bound (``>= 1``). Unbatched; use ``jax.vmap`` for a batch.
+    """
+    log_w, locs_, tril_, scale_, ok, dtype = _prepare(logits, locs, scale_tril, scale)
+    order = check_int("order", order, 1)
+    block_size = check_int("block_size", block_size, 1)
+    log_a, lm = log_moments(log_w, locs_, tril_, scale_, k_max=order, block_size=block_size)
+    lower = jnp.maximum(
+        jnp.maximum(
+            _bounds.huber_lower(log_w, locs_, tril_, scale_),
+            _bounds.pairwise_bhattacharyya_lower(log_w, locs_, tril_, scale_),
+        ),
+        _taylor.taylor_entropy_from_moments(lm, log_a, order),
+    )
+    upper = jnp.minimum(
+        jnp.minimum(
+            _bounds.huber_upper(log_w, locs_, tril_, scale_),
+            _bounds.pairwise_kl_upper(log_w, locs_, tril_, scale_),
+        ),
+        _bounds.moment_matched_upper(log_w, locs_, tril_, scale_),
+    )
+    return jnp.where(ok, lower, jnp.nan), jnp.where(ok, upper, jnp.nan)
+
+
 #: Estimators reachable through :func:`mixture_entropy` and ``GaussianMixture.entropy``.
 #: Each takes ``(logits, locs, scale_tril=None, *, scale=None, **options)``.
 ENTROPY_METHODS = {
     "legendre": legendre_entropy,
+    "taylor": taylor_entropy,
+    "gamma": gamma_entropy,
+    "huber_lower": huber_lower_bound,
+    "huber_upper": huber_upper_bound,
+    "pairwise_bhattacharyya_lower": pairwise_bhattacharyya_lower_bound,
+    "pairwise_kl_upper": pairwise_kl_upper_bound,
+    "moment_matched_upper": moment_matched_upper_bound,
+    "monte_carlo": monte_carlo_entropy,
 }
 
 
