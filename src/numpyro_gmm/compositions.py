@@ -31,6 +31,8 @@ __all__ = [
     "compositions_up_to",
     "PairSchedule",
     "pair_schedule",
+    "unrank_table",
+    "unrank_tables",
 ]
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -109,11 +111,17 @@ class PairSchedule(NamedTuple):
     cell is padded to whole blocks of ``block_size``, so every block lies in one cell and
     hence has one total ``n``.
 
-    All arrays are small (one entry per cell, at most ``(n_max + 1)^2 / 2`` of them).
+    All arrays are small (one entry per cell, at most ``(n_max + 1)^2 / 2`` of them). The
+    half tables themselves are not built here (the engine unranks them on the device,
+    :func:`unrank_table`); :attr:`half_a` and :attr:`half_b` build them in NumPy on demand.
     """
 
-    half_a: np.ndarray  # (C_a, K_a) int8: compositions of totals 0..n_max into K_a parts
-    half_b: np.ndarray  # (C_b, K_b) int8
+    K: int
+    n_max: int
+    K_a: int
+    K_b: int
+    rows_a: int  # C(n_max + K_a, K_a): rows of the first half table (totals 0..n_max)
+    rows_b: int
     cell_n: np.ndarray  # (cells,) int32: the total n of each cell
     cell_start_a: np.ndarray  # (cells,) int32: first row of half_a in the cell
     cell_start_b: np.ndarray  # (cells,) int32: first row of half_b in the cell
@@ -123,6 +131,62 @@ class PairSchedule(NamedTuple):
     block_size: int
     num_blocks: int
     num_compositions: int
+
+    @property
+    def half_a(self) -> np.ndarray:
+        """``(rows_a, K_a)`` int8: compositions of totals ``0..n_max`` into ``K_a`` parts."""
+        return compositions_up_to(self.n_max, self.K_a)[0]
+
+    @property
+    def half_b(self) -> np.ndarray:
+        """``(rows_b, K_b)`` int8: compositions of totals ``0..n_max`` into ``K_b`` parts."""
+        return compositions_up_to(self.n_max, self.K_b)[0]
+
+
+def _offsets(n_max: int, K: int) -> np.ndarray:
+    """``offsets[s]``: first row of total ``s`` in ``compositions_up_to(n_max, K)`` (closed form)."""
+    counts = [num_compositions(s, K) for s in range(n_max + 1)]
+    return np.concatenate([[0], np.cumsum(np.array(counts, dtype=np.int64))])
+
+
+@lru_cache(maxsize=64)
+def unrank_tables(n_max: int, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """Small tables from which any row of ``compositions_up_to(n_max, K)`` is computed.
+
+    Returns ``(offsets, prefix)``: ``offsets`` ``(n_max + 2,)`` as in
+    :func:`compositions_up_to`, and ``prefix`` ``(K, n_max + 1, n_max + 2)`` int64 with
+    ``prefix[j, s, v]`` the number of compositions of ``s`` into ``K - j`` parts whose first
+    part is ``< v`` (for ``v <= s``; larger ``v`` hold a sentinel above every rank). In
+    lexicographic order, the first part of the composition of rank ``q`` among those of
+    total ``s`` is the largest ``v`` with ``prefix[j, s, v] <= q``.
+    """
+    big = np.iinfo(np.int64).max // 4
+    prefix = np.full((max(K, 0), n_max + 1, n_max + 2), big, dtype=np.int64)
+    for j in range(K):
+        parts = K - j
+        for s in range(n_max + 1):
+            counts = [num_compositions(s - u, parts - 1) for u in range(s + 1)]
+            prefix[j, s, : s + 1] = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return _readonly(_offsets(n_max, K)), _readonly(prefix)
+
+
+def unrank_table(n_max: int, K: int) -> np.ndarray:
+    """``compositions_up_to(n_max, K)[0]`` rebuilt row by row from :func:`unrank_tables`.
+
+    NumPy mirror of the engine's device unranking (used by the tests).
+    """
+    offsets, prefix = unrank_tables(n_max, K)
+    rows = np.arange(offsets[-1])
+    total = np.searchsorted(offsets[1:], rows, side="right")
+    rank = rows - offsets[total]
+    out = np.zeros((len(rows), K), dtype=np.int8)
+    for j in range(K):
+        table = prefix[j, total]  # (C, n_max + 2)
+        v = np.sum(table <= rank[:, None], axis=1) - 1
+        rank = rank - table[np.arange(len(rows)), v]
+        total = total - v
+        out[:, j] = v
+    return out
 
 
 @lru_cache(maxsize=64)
@@ -163,8 +227,7 @@ def pair_schedule(n_min: int, n_max: int, K: int, block_size: int) -> PairSchedu
             "more than int32 can index; lower the order"
         )
     count = count.astype(np.int64)
-    half_a, off_a = compositions_up_to(n_max, K_a)
-    half_b, off_b = compositions_up_to(n_max, K_b)
+    off_a, off_b = _offsets(n_max, K_a), _offsets(n_max, K_b)
     bs = int(min(block_size, 1 << max(biggest - 1, 0).bit_length()))
     blocks = -(-count // bs)
     first_block = np.concatenate([[0], np.cumsum(blocks)])
@@ -172,8 +235,12 @@ def pair_schedule(n_min: int, n_max: int, K: int, block_size: int) -> PairSchedu
         raise ValueError(f"too many blocks ({first_block[-1]}); raise block_size")
     i32 = lambda a: _readonly(np.asarray(a, dtype=np.int32))  # noqa: E731
     return PairSchedule(
-        half_a=half_a,
-        half_b=half_b,
+        K=K,
+        n_max=n_max,
+        K_a=K_a,
+        K_b=K_b,
+        rows_a=int(off_a[-1]),
+        rows_b=int(off_b[-1]),
         cell_n=i32(n_arr),
         cell_start_a=i32(off_a[s_arr]),
         cell_start_b=i32(off_b[n_arr - s_arr]),

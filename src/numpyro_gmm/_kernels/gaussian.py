@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.linalg import solve_triangular
 
 Array = jnp.ndarray
@@ -16,8 +17,10 @@ LOG_2PI = math.log(2.0 * math.pi)
 
 # Up to this dimension the Cholesky factorisation and the triangular solve are unrolled
 # into elementwise operations over the batch (d(d+1)/2 fused expressions), which beats a
-# batched LAPACK call on many tiny matrices; beyond it LAPACK is used.
-UNROLL_MAX_DIM = 8
+# batched LAPACK call on many tiny matrices; beyond it LAPACK is used. The unrolled graph
+# grows like d^3 and so does its compile time (measured 1.9 s at d = 8 against 0.9 s with
+# LAPACK), which is why the bound is not higher.
+UNROLL_MAX_DIM = 4
 
 
 def information_form(locs: Array, scale_tril: Array | None, scale: Array | None):
@@ -82,6 +85,59 @@ def _unrolled_logdet_and_quad(prec: Array, eta: Array):
     z = []
     for i in range(d):
         s = eta[..., i]
+        for k in range(i):
+            s = s - chol[i][k] * z[k]
+        z.append(s / chol[i][i])
+    log_det = 2.0 * sum(jnp.log(chol[j][j]) for j in range(d))
+    quad = sum(zi * zi for zi in z)
+    return log_det, quad
+
+
+def logdet_and_quad_rows(eta: Array, lam: Array, d: int, diagonal: bool):
+    """``(ln|Lambda|, eta^T Lambda^-1 eta)`` for a batch stored as rows (structure of arrays).
+
+    ``eta`` is ``(d, B)``; ``lam`` is ``(d, B)`` (``diagonal``: the diagonal of ``Lambda``) or
+    ``(d(d+1)/2, B)``, the upper triangle of ``Lambda`` in row-major order
+    (``numpy.triu_indices(d)``). Closed forms for ``d <= 2``, an unrolled Cholesky up to
+    :data:`UNROLL_MAX_DIM`, batched LAPACK beyond. A non-positive-definite ``Lambda``
+    gives NaN, never a silent value.
+    """
+    if diagonal:
+        return jnp.sum(jnp.log(lam), 0), jnp.sum(jnp.square(eta) / lam, 0)
+    if d == 1:
+        return jnp.log(lam[0]), jnp.square(eta[0]) / lam[0]
+    if d == 2:
+        a, b, c = lam[0], lam[1], lam[2]
+        det = a * c - b * b
+        det = jnp.where(det > 0, det, jnp.nan)
+        e0, e1 = eta[0], eta[1]
+        return jnp.log(det), (c * e0 * e0 - 2.0 * b * e0 * e1 + a * e1 * e1) / det
+    index = {}
+    for k, (i, j) in enumerate(zip(*np.triu_indices(d))):
+        index[i, j] = index[j, i] = k
+    if d <= UNROLL_MAX_DIM:
+        return _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
+    full = jnp.moveaxis(lam[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
+    return logdet_and_quad(full, eta.T, diagonal=False)
+
+
+def _unrolled_rows(entry, eta, d):
+    # Cholesky-Banachiewicz on rows of the batch: chol[i][j] are arrays of shape (B,).
+    # A non-positive pivot gives sqrt(<0) = NaN, which propagates.
+    chol = [[None] * d for _ in range(d)]
+    for j in range(d):
+        s = entry(j, j)
+        for k in range(j):
+            s = s - chol[j][k] * chol[j][k]
+        chol[j][j] = jnp.sqrt(s)
+        for i in range(j + 1, d):
+            s = entry(i, j)
+            for k in range(j):
+                s = s - chol[i][k] * chol[j][k]
+            chol[i][j] = s / chol[j][j]
+    z = []
+    for i in range(d):
+        s = eta[i]
         for k in range(i):
             s = s - chol[i][k] * z[k]
         z.append(s / chol[i][i])

@@ -37,42 +37,83 @@ each log-term near one ulp of a number of order one.
 **Compositions are data, not program.** The traced graph has the same size for every
 ``K`` and ``n``; only array shapes change. The components are split into two halves and
 every composition is a pair of half compositions
-(:func:`numpyro_gmm.compositions.pair_schedule`): the half sums ``sum m_i r_i``,
-``sum m_i Lambda_i``, ``sum m_i h_i`` and ``sum m_i mu_i^T Lambda_i mu_i`` are one matrix
-product per half, and each pair costs one gather, one add and one ``d x d`` Cholesky
-instead of ``O(K d^2)`` work. Pairs are visited in blocks of fixed size by a
-``lax.scan`` whose body is rematerialised in reverse mode (``jax.checkpoint``), so peak
-memory, forward and gradient, depends on the block size and the half tables, never on
-the number of compositions. The log-sum-exp is streamed: the carry holds a running
-maximum and a rescaled sum per ``n``; exponentiated terms are ``<= 1`` and the maxima are
-``stop_gradient``-ed, which leaves value and gradient exact.
+(:func:`numpyro_gmm.compositions.pair_schedule`). The half tables are not embedded in the
+program: each is *unranked* on the device from its row index and a table of
+``K (n+1)^2`` prefix counts (:func:`numpyro_gmm.compositions.unrank_tables`), so no array
+whose size grows with the number of compositions is ever a constant of the computation
+(large constants are what made compile time grow: 6.4 s at ``K = 32``, order 10, with a
+13-million-row table embedded). The half sums ``sum m_i r_i``, ``sum m_i mu_i^T Lambda_i
+mu_i``, ``sum m_i h_i`` and the upper triangle of ``sum m_i Lambda_i`` are one matrix
+product per half, stored feature-major (*structure of arrays*, ``(F, C)``), so each pair
+costs two column gathers, one add, and a ``d x d`` log-determinant and quadratic form on
+rows of the block instead of ``O(K d^2)`` work: closed forms for ``d = 1, 2``, an unrolled
+Cholesky up to :data:`~numpyro_gmm._kernels.gaussian.UNROLL_MAX_DIM`, batched LAPACK
+beyond. A diagonal covariance needs no factorisation at all (``O(d)`` per pair).
+
+Pairs are visited in blocks of fixed size by a ``lax.scan`` whose body is rematerialised
+in reverse mode (``jax.checkpoint``), so peak memory, forward and gradient, depends on the
+block size and the half tables, never on the number of compositions. The log-sum-exp is
+streamed: the carry holds a running maximum and a rescaled sum per ``n``; exponentiated
+terms are ``<= 1`` and the maxima are ``stop_gradient``-ed, which leaves value and
+gradient exact.
+
+**Several devices.** When JAX sees more than one device, the block axis is split across
+them with ``shard_map``: each device scans its share of blocks, and the per-device
+``(max, sum)`` pairs are combined by one more log-sum-exp. The result equals the
+single-device one up to the order of floating-point additions.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.nn import logsumexp
 from jax.scipy.special import gammaln
+from jax.sharding import PartitionSpec
 
-from ..compositions import pair_schedule
-from .gaussian import LOG_2PI, information_form, logdet_and_quad
+from ..compositions import pair_schedule, unrank_tables
+from .gaussian import LOG_2PI, information_form, logdet_and_quad_rows
 
 Array = jnp.ndarray
 
 DEFAULT_BLOCK_SIZE = 4096
 
+_AXIS = "blocks"
+
 
 def _as_data(table) -> Array:
-    """A NumPy table as an array XLA treats as opaque data.
-
-    Inside a caller's ``jit`` the table is a constant of the computation; without the
-    barrier XLA constant-folds everything computed from it (casts, ``lgamma``), which
-    made the compile time grow with the table size (measured: 9.0 s at K=20, order 8;
-    0.5 s with the barrier).
-    """
+    """A small NumPy table as an array XLA treats as opaque data (no constant folding)."""
     return lax.optimization_barrier(jnp.asarray(table))
+
+
+def _unrank(n_max: int, k: int) -> Array:
+    """``(k, C)`` int32: column ``r`` is row ``r`` of ``compositions_up_to(n_max, k)``.
+
+    Computed on the device from the row index (see :func:`numpyro_gmm.compositions.unrank_tables`);
+    the loop over parts is a ``lax.scan``, so the graph does not grow with ``k``.
+    """
+    offsets, prefix = unrank_tables(n_max, k)
+    rows = int(offsets[-1])
+    if k == 0:
+        return jnp.zeros((0, rows), dtype=jnp.int32)
+    # Ranks are < C(n_max + k, k) <= int32 range (checked by pair_schedule); the sentinel
+    # only has to exceed every rank.
+    prefix = np.minimum(prefix, np.iinfo(np.int32).max).astype(np.int32)
+    r = lax.optimization_barrier(jnp.arange(rows, dtype=jnp.int32))
+    total = jnp.searchsorted(_as_data(offsets[1:].astype(np.int32)), r, side="right").astype(jnp.int32)
+    rank = r - _as_data(offsets.astype(np.int32))[total]
+
+    def part(carry, table):
+        rank, total = carry
+        row = table[total]  # (C, n_max + 2)
+        v = jnp.sum(row <= rank[:, None], axis=1, dtype=jnp.int32) - 1
+        rank = rank - jnp.take_along_axis(row, v[:, None], axis=1)[:, 0]
+        return (rank, total - v), v
+
+    _, parts = lax.scan(part, (rank, total), _as_data(prefix))
+    return parts
 
 
 def _whiten(locs: Array, scale_tril: Array | None, scale: Array | None):
@@ -116,7 +157,7 @@ def log_moments(
     diagonal = scale is not None
     n_min, n_max = 2, k_max + 1
     sched = pair_schedule(n_min, n_max, K, block_size)
-    K_a = sched.half_a.shape[1]
+    K_a = sched.K_a
 
     locs, scale_tril, scale, log_jac = _whiten(locs, scale_tril, scale)
     prec, h, log_det_cov = information_form(locs, scale_tril, scale)
@@ -125,55 +166,95 @@ def log_moments(
     log_a = alpha - 0.5 * d * LOG_2PI - log_jac
     r = log_weights + half_log_det_prec - alpha  # <= 0
     mahal = jnp.einsum("ki,ki->k", h, locs)  # mu_i^T Lambda_i mu_i
+    if diagonal:
+        lam_rows = prec.T  # (d, K)
+    else:
+        iu, ju = np.triu_indices(d)
+        lam_rows = prec[:, iu, ju].T  # (d(d+1)/2, K), row-major upper triangle
+    # Feature rows per component: [r, mu^T Lambda mu, h (d), Lambda entries].
+    feats = jnp.concatenate([r[None], mahal[None], h.T, lam_rows], axis=0)
 
-    def half_stats(table, lo, hi):
-        m = _as_data(table).astype(locs.dtype)  # (C, k) counts
-        s = m @ r[lo:hi] - jnp.sum(gammaln(m + 1.0), axis=1)
-        lam = jnp.tensordot(m, prec[lo:hi], axes=1)  # (C, d[, d])
-        return s, lam, m @ h[lo:hi], m @ mahal[lo:hi]
+    def half_stats(k, lo):
+        m = _unrank(n_max, k).astype(locs.dtype)  # (k, C)
+        stats = feats[:, lo : lo + k] @ m  # (F, C): structure of arrays
+        return stats.at[0].add(-jnp.sum(gammaln(m + 1.0), axis=0))
 
-    s_a, lam_a, eta_a, c_a = half_stats(sched.half_a, 0, K_a)
-    s_b, lam_b, eta_b, c_b = half_stats(sched.half_b, K_a, K)
+    stats_a = half_stats(K_a, 0)
+    stats_b = half_stats(sched.K_b, K_a)
     bs = sched.block_size
-    cell_n = _as_data(sched.cell_n)
-    cell_start_a = _as_data(sched.cell_start_a)
-    cell_start_b = _as_data(sched.cell_start_b)
-    cell_count_b = _as_data(sched.cell_count_b)
-    cell_count = _as_data(sched.cell_count)
-    first_block = _as_data(sched.cell_first_block)
-
-    @jax.checkpoint
-    def block_terms(t):
-        # Which cell block t lies in, and the pair indices of its compositions.
-        c = jnp.searchsorted(first_block[1:], t, side="right")
-        local = (t - first_block[c]) * bs + jnp.arange(bs, dtype=jnp.int32)
-        valid = local < cell_count[c]
-        local = jnp.where(valid, local, 0)
-        ia = cell_start_a[c] + local // cell_count_b[c]
-        ib = cell_start_b[c] + local % cell_count_b[c]
-        n = cell_n[c]
-        log_det, quad = logdet_and_quad(lam_a[ia] + lam_b[ib], eta_a[ia] + eta_b[ib], diagonal)
-        spread = c_a[ia] + c_b[ib] - quad  # Q_m >= 0
-        terms = gammaln(n.astype(locs.dtype) + 1.0) + s_a[ia] + s_b[ib] + alpha - 0.5 * (log_det + spread)
-        return n - n_min, jnp.where(valid, terms, -jnp.inf)
-
-    def step(carry, t):
-        run_max, run_sum = carry
-        seg, terms = block_terms(t)
-        blk_max = lax.stop_gradient(jnp.max(terms))
-        blk_sum = jnp.sum(jnp.exp(terms - blk_max))
-        old_max = run_max[seg]
-        new_max = jnp.maximum(old_max, blk_max)
-        # exp(-inf - finite) = 0 takes care of the first block of each n.
-        new_sum = run_sum[seg] * jnp.exp(old_max - new_max) + blk_sum * jnp.exp(blk_max - new_max)
-        return (run_max.at[seg].set(new_max), run_sum.at[seg].set(new_sum)), None
-
-    init = (
-        jnp.full((k_max,), -jnp.inf, dtype=locs.dtype),
-        jnp.zeros((k_max,), dtype=locs.dtype),
+    cells = tuple(
+        _as_data(x)
+        for x in (
+            sched.cell_n,
+            sched.cell_start_a,
+            sched.cell_start_b,
+            sched.cell_count_b,
+            sched.cell_count,
+            sched.cell_first_block,
+        )
     )
-    (run_max, run_sum), _ = lax.scan(step, init, jnp.arange(sched.num_blocks, dtype=jnp.int32))
-    return log_a, run_max + jnp.log(run_sum)
+    log_fact_n = gammaln(jnp.arange(n_max + 1, dtype=locs.dtype) + 1.0)
+
+    def scan_blocks(stats_a, stats_b, alpha, blocks):
+        cell_n, start_a, start_b, count_b, count, first_block = cells
+
+        @jax.checkpoint
+        def block_terms(t):
+            # Which cell block t lies in, and the pair indices of its compositions.
+            c = jnp.searchsorted(first_block[1:], t, side="right")
+            c = jnp.minimum(c, cell_n.shape[0] - 1)  # padding blocks (t >= num_blocks)
+            local = (t - first_block[c]) * bs + jnp.arange(bs, dtype=jnp.int32)
+            valid = (local < count[c]) & (t < sched.num_blocks)
+            local = jnp.where(valid, local, 0)
+            ia = start_a[c] + local // count_b[c]
+            ib = start_b[c] + local % count_b[c]
+            n = cell_n[c]
+            g = stats_a[:, ia] + stats_b[:, ib]  # (F, bs)
+            log_det, quad = logdet_and_quad_rows(g[2 : 2 + d], g[2 + d :], d, diagonal)
+            spread = g[1] - quad  # Q_m >= 0
+            terms = log_fact_n[n] + g[0] + alpha - 0.5 * (log_det + spread)
+            return n - n_min, jnp.where(valid, terms, -jnp.inf)
+
+        def step(carry, t):
+            run_max, run_sum = carry
+            seg, terms = block_terms(t)
+            blk_max = lax.stop_gradient(jnp.max(terms))
+            old_max = run_max[seg]
+            new_max = jnp.maximum(old_max, blk_max)
+            safe_max = jnp.where(jnp.isfinite(new_max), new_max, 0.0)
+            # exp(-inf - finite) = 0 takes care of the first block of each n.
+            new_sum = run_sum[seg] * jnp.exp(old_max - safe_max) + jnp.sum(jnp.exp(terms - safe_max))
+            return (run_max.at[seg].set(new_max), run_sum.at[seg].set(new_sum)), None
+
+        init = (
+            jnp.full((k_max,), -jnp.inf, dtype=locs.dtype),
+            jnp.zeros((k_max,), dtype=locs.dtype),
+        )
+        (run_max, run_sum), _ = lax.scan(step, init, blocks)
+        return run_max, run_sum
+
+    devices = jax.devices()
+    if len(devices) == 1 or sched.num_blocks < len(devices):
+        run_max, run_sum = scan_blocks(stats_a, stats_b, alpha, jnp.arange(sched.num_blocks, dtype=jnp.int32))
+        return log_a, run_max + jnp.log(run_sum)
+
+    # Several devices: each scans a contiguous share of the blocks (the last share is
+    # padded with invalid blocks), then the (max, sum) pairs are merged.
+    n_dev = len(devices)
+    per_dev = -(-sched.num_blocks // n_dev)
+    mesh = jax.sharding.Mesh(np.array(devices), (_AXIS,))
+    blocks = jnp.arange(n_dev * per_dev, dtype=jnp.int32)
+    sharded = jax.shard_map(
+        lambda sa, sb, al, t: tuple(x[None] for x in scan_blocks(sa, sb, al, t)),
+        mesh=mesh,
+        in_specs=(PartitionSpec(), PartitionSpec(), PartitionSpec(), PartitionSpec(_AXIS)),
+        out_specs=(PartitionSpec(_AXIS), PartitionSpec(_AXIS)),
+        check_vma=False,
+    )
+    dev_max, dev_sum = sharded(stats_a, stats_b, alpha, blocks)  # (n_dev, k_max)
+    top = lax.stop_gradient(jnp.max(dev_max, axis=0))
+    total = jnp.sum(dev_sum * jnp.exp(dev_max - top), axis=0)
+    return log_a, top + jnp.log(total)
 
 
 def log_power_integrals(log_weights, locs, scale_tril=None, scale=None, *, n_max, block_size=DEFAULT_BLOCK_SIZE):
