@@ -221,3 +221,14 @@ def test_float64_beyond_float32_safe_order_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         legendre_entropy(jnp.zeros(2), jnp.array([[0.0], [1.0]]), scale=jnp.ones((2, 1)), order=FLOAT32_SAFE_ORDER + 2)
+
+
+def test_strict_dtype_promotion_keeps_input_dtype():
+    """No hidden float64 constants: under strict promotion the result keeps the inputs' dtype."""
+    dt = ftype()
+    locs = jnp.asarray([[0.0, 0.0], [1.0, 2.0], [2.0, 4.0]], dt)
+    with jax.numpy_dtype_promotion("strict"):
+        full = legendre_entropy(jnp.zeros(3, dt), locs, jnp.broadcast_to(jnp.eye(2, dtype=dt), (3, 2, 2)), order=4)
+        diag = legendre_entropy(jnp.zeros(3, dt), locs, scale=jnp.ones((3, 2), dt), order=4, a=0.2)
+        grad = jax.grad(lambda m: legendre_entropy(jnp.zeros(3, dt), m, scale=jnp.ones((3, 2), dt), order=4))(locs)
+    assert full.dtype == diag.dtype == grad.dtype == dt

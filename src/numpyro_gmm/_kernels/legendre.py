@@ -67,7 +67,7 @@ def legendre_entropy_from_moments(log_moments: Array, log_a: Array, order: int) 
     """``-ln a - sum_k w_k E[u^k]`` given ``ln E[u^k]`` for ``k = 1..order`` (``E[u^0] = 1``)."""
     w = legendre_log_coefficients(order)
     moments = jnp.exp(log_moments)
-    return -log_a - w[0] - jnp.dot(jnp.asarray(w[1:], dtype=moments.dtype), moments)
+    return -log_a - float(w[0]) - jnp.dot(jnp.asarray(w[1:], dtype=moments.dtype), moments)
 
 
 def legendre_entropy(
