@@ -1,0 +1,350 @@
+"""Tests of TraceEntropy_ELBO.
+
+Reference values are independent of numpyro_gmm: Gauss-Hermite quadrature and dense grids
+in NumPy/SciPy (float64), closed-form conjugate posteriors, and central finite differences.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro import handlers
+from numpyro.infer import SVI, Predictive, Trace_ELBO
+from numpyro.infer.autoguide import AutoNormal
+from scipy import stats
+from scipy.special import logsumexp
+
+from conftest import X64
+from numpyro_gmm import AutoGaussianMixture, GaussianMixture, TraceEntropy_ELBO
+
+# ----------------------------------------------------------------------------- models
+
+Y_SCALE = np.array([0.5, -1.2, 2.0])
+
+
+def scale_model(y):
+    """s ~ Exponential(1), y_i ~ Normal(0, s): one positive latent (exp transform)."""
+    s = numpyro.sample("s", dist.Exponential(1.0))
+    with numpyro.plate("n", y.shape[0]):
+        numpyro.sample("y", dist.Normal(0.0, s), obs=y)
+
+
+def scale_log_joint_unconstrained(u):
+    """log p(exp(u), y) + u (the log-Jacobian) in float64 NumPy, vectorised over u."""
+    s = np.exp(u)
+    lp = stats.expon.logpdf(s) + u
+    return lp + stats.norm.logpdf(Y_SCALE[:, None], 0.0, s[None, :]).sum(0)
+
+
+# Bimodal posterior: z ~ N(0.7, 2), y_i ~ N(z^2, 1), five observations of 4. The modes
+# sit near -2 and +2; the asymmetric prior gives them masses about 0.33 and 0.67.
+Y_BIMODAL = np.full(5, 4.0)
+
+
+def bimodal_model(n, y=None):
+    z = numpyro.sample("z", dist.Normal(0.7, 2.0))
+    with numpyro.plate("n", n):
+        numpyro.sample("y", dist.Normal(z**2, 1.0), obs=y)
+
+
+def bimodal_grid_reference():
+    """Masses and means of the two modes (split at z = 0) on a dense grid (NumPy)."""
+    z = np.linspace(-8.0, 8.0, 400_001)
+    lp = stats.norm(0.7, 2.0).logpdf(z) + stats.norm(z[:, None] ** 2, 1.0).logpdf(Y_BIMODAL).sum(-1)
+    p = np.exp(lp - lp.max())
+    p /= p.sum()
+    pos = z > 0
+    mass_pos = p[pos].sum()
+    mean_pos = (z * p)[pos].sum() / mass_pos
+    mean_neg = (z * p)[~pos].sum() / (1 - mass_pos)
+    return {"mass": (1 - mass_pos, mass_pos), "mean": (mean_neg, mean_pos)}
+
+
+def gauss_hermite(n=120):
+    """Nodes/weights for E[f(X)], X ~ N(0, 1)."""
+    x, w = np.polynomial.hermite_e.hermegauss(n)
+    return x, w / np.sqrt(2 * np.pi)
+
+
+def setup_guide(guide, model, *args):
+    """Run the guide once so that its prototype (latent layout) exists."""
+    with handlers.seed(rng_seed=0):
+        guide(*args)
+
+
+def fdtype():
+    return np.float64 if X64 else np.float32
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def test_value_without_mixture_matches_quadrature():
+    # AutoNormal guide: analytic entropy + exact log-Jacobian. Reference: Gauss-Hermite
+    # quadrature of E_q[log p(e^u, y) + u] + H[q] in float64. Dropping the Jacobian would
+    # shift the value by E_q[u] = m = 0.5, i.e. by > 20 standard errors.
+    y = jnp.asarray(Y_SCALE, fdtype())
+    guide = AutoNormal(scale_model)
+    setup_guide(guide, scale_model, y)
+    m, sd = 0.5, 0.4
+    params = {"s_auto_loc": jnp.asarray(m, fdtype()), "s_auto_scale": jnp.asarray(sd, fdtype())}
+    num = 20_000
+    loss = TraceEntropy_ELBO(num_particles=num).loss(jax.random.PRNGKey(1), params, scale_model, guide, y)
+
+    x, w = gauss_hermite()
+    f = scale_log_joint_unconstrained(m + sd * x)
+    entropy = 0.5 * np.log(2 * np.pi * np.e * sd**2)
+    exact = np.sum(w * f) + entropy
+    se = np.sqrt((np.sum(w * f**2) - np.sum(w * f) ** 2) / num)
+    assert abs(-float(loss) - exact) < 4 * se + 1e-5 * abs(exact)
+
+
+def _mixture_params(dtype):
+    return {
+        "auto_logits": jnp.asarray([0.3, -0.2], dtype),
+        "auto_locs": jnp.asarray([[-0.5], [0.8]], dtype),
+        "auto_scale_tril": jnp.asarray([[[0.3]], [[0.5]]], dtype),
+    }
+
+
+def _mixture_reference(params):
+    """Exact stratified cross term sum_k w_k E_k[f], its per-particle variance, and the
+    mixture entropy, by quadrature in float64."""
+    logits = np.asarray(params["auto_logits"], np.float64)
+    w = np.exp(logits - logsumexp(logits))
+    mu = np.asarray(params["auto_locs"], np.float64)[:, 0]
+    sd = np.asarray(params["auto_scale_tril"], np.float64)[:, 0, 0]
+    x, gw = gauss_hermite()
+    f = scale_log_joint_unconstrained((mu[:, None] + sd[:, None] * x[None]).ravel()).reshape(2, -1)
+    mean_k = f @ gw
+    var_k = (f**2) @ gw - mean_k**2
+    cross = np.sum(w * mean_k)
+    var = np.sum(w**2 * var_k)  # one draw per component per particle
+    u = np.linspace(-8, 8, 200_001)
+    logq = logsumexp(np.log(w)[:, None] + stats.norm.logpdf(u[None], mu[:, None], sd[:, None]), axis=0)
+    entropy = -np.sum(np.exp(logq) * logq) * (u[1] - u[0])
+    return cross, var, entropy
+
+
+def test_value_with_mixture_matches_quadrature_via_svi_evaluate():
+    # AutoGaussianMixture guide at fixed parameters, evaluated through SVI.evaluate. The
+    # ELBO minus the mixture's entropy estimate is the stratified cross term, checked
+    # against quadrature within 4 standard errors; the whole ELBO is checked against
+    # quadrature (grid entropy) within 4 standard errors plus 0.02 nats (the Legendre
+    # entropy's accuracy in one dimension).
+    y = jnp.asarray(Y_SCALE, fdtype())
+    guide = AutoGaussianMixture(scale_model, num_components=2)
+    params = _mixture_params(fdtype())
+    num = 20_000
+    svi = SVI(scale_model, guide, numpyro.optim.Adam(0.01), TraceEntropy_ELBO(num_particles=num))
+    state = svi.init(jax.random.PRNGKey(2), y, init_params=params)
+    for name, value in params.items():
+        np.testing.assert_allclose(svi.get_params(state)[name], value, rtol=1e-5)
+    loss = svi.evaluate(state, y)
+    entropy_hat = float(guide.get_posterior(params).entropy())
+    cross, var, entropy = _mixture_reference(params)
+    se = np.sqrt(var / num)
+    assert abs(-float(loss) - entropy_hat - cross) < 4 * se + 1e-5 * abs(cross)
+    assert abs(-float(loss) - (cross + entropy)) < 4 * se + 0.02
+
+
+def test_vectorize_particles_false_matches_vmap():
+    # lax.map over particles and components gives the same value as vmap (same key).
+    y = jnp.asarray(Y_SCALE, fdtype())
+    guide = AutoGaussianMixture(scale_model, num_components=2)
+    setup_guide(guide, scale_model, y)
+    params = _mixture_params(fdtype())
+    key = jax.random.PRNGKey(3)
+
+    @jax.jit
+    def both(params):
+        a = TraceEntropy_ELBO(num_particles=3).loss(key, params, scale_model, guide, y)
+        b = TraceEntropy_ELBO(num_particles=3, vectorize_particles=False).loss(key, params, scale_model, guide, y)
+        return a, b
+
+    a, b = both(params)
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+def test_logits_gradient_matches_finite_difference_and_quadrature():
+    y = jnp.asarray(Y_SCALE, fdtype())
+    guide = AutoGaussianMixture(scale_model, num_components=2)
+    setup_guide(guide, scale_model, y)
+    params = _mixture_params(fdtype())
+    keys = jax.random.split(jax.random.PRNGKey(4), 4000)
+
+    @jax.jit
+    def per_particle(logits):
+        """Per-particle loss and its gradient in the logits, one particle per key."""
+
+        def one(key):
+            return jax.value_and_grad(
+                lambda lg: TraceEntropy_ELBO().loss(key, {**params, "auto_logits": lg}, scale_model, guide, y)
+            )(logits)
+
+        return jax.vmap(one)(keys)
+
+    logits = params["auto_logits"]
+    _, grads = per_particle(logits)
+    grads = np.asarray(grads, np.float64)
+    g = grads.mean(0)
+
+    # Central finite difference of the objective averaged over the same keys (common
+    # random numbers): the objective is then a smooth function of the logits.
+    h = 1e-5 if X64 else 1e-2
+
+    def objective(lg):
+        return float(np.mean(np.asarray(per_particle(lg)[0], np.float64)))
+
+    fd = np.array([(objective(logits.at[i].add(h)) - objective(logits.at[i].add(-h))) / (2 * h) for i in range(2)])
+    tol = dict(rtol=1e-6, atol=1e-8) if X64 else dict(rtol=2e-2, atol=5e-3)
+    np.testing.assert_allclose(g, fd, **tol)
+    assert np.all(np.abs(g) > 0.05)
+
+    # The gradient's expectation is the exact gradient of the exact ELBO (quadrature of the
+    # cross term and grid entropy, differentiated by central differences in float64).
+    def exact_loss(lg):
+        cross, _, entropy = _mixture_reference({**params, "auto_logits": np.asarray(lg)})
+        return -(cross + entropy)
+
+    lg = np.asarray(logits, np.float64)
+    exact = np.array([(exact_loss(lg + 1e-4 * e) - exact_loss(lg - 1e-4 * e)) / 2e-4 for e in np.eye(2)])
+    se = grads.std(0) / np.sqrt(len(grads))
+    # 0.02: the derivative of the entropy approximation's error (1-D, Legendre default order)
+    np.testing.assert_array_less(np.abs(g - exact), 4 * se + 0.02)
+
+
+# ----------------------------------------------------------------------------- inference
+
+
+def test_bimodal_posterior_mixture_recovers_both_modes_and_mean_field_one():
+    ref = bimodal_grid_reference()
+    y = jnp.asarray(Y_BIMODAL, fdtype())
+    guide = AutoGaussianMixture(bimodal_model, num_components=2)
+    svi = SVI(bimodal_model, guide, numpyro.optim.Adam(0.05), TraceEntropy_ELBO(num_particles=4))
+    result = svi.run(jax.random.PRNGKey(0), 1500, 5, y, progress_bar=False, stable_update=True)
+    assert np.all(np.isfinite(result.losses))
+    post = guide.get_posterior(result.params)
+    assert isinstance(post, GaussianMixture)
+    order = np.argsort(np.asarray(post.loc[:, 0]))  # negative mode first
+    masses = np.asarray(post.probs)[order]
+    means = np.asarray(post.loc[:, 0])[order]
+    np.testing.assert_allclose(masses, ref["mass"], atol=0.1)
+    np.testing.assert_allclose(means, ref["mean"], atol=0.15)
+
+    # Predictive with the guide: the posterior draws of z fall on both modes with the
+    # guide's weights (binomial standard error of 2000 draws is about 0.011).
+    pred = Predictive(
+        bimodal_model, guide=guide, params=result.params, num_samples=2000, return_sites=["z", "y"]
+    )
+    samples = pred(jax.random.PRNGKey(1), 5)
+    assert samples["z"].shape == (2000,) and samples["y"].shape == (2000, 5)
+    assert abs(float(jnp.mean(samples["z"] > 0)) - masses[1]) < 0.05
+
+    # Mean-field AutoNormal with Trace_ELBO on the same model covers one mode only: its
+    # mass on the other side of 0 is negligible.
+    normal_guide = AutoNormal(bimodal_model)
+    svi_n = SVI(bimodal_model, normal_guide, numpyro.optim.Adam(0.05), Trace_ELBO(num_particles=4))
+    res_n = svi_n.run(jax.random.PRNGKey(0), 1500, 5, y, progress_bar=False)
+    loc = float(res_n.params["z_auto_loc"])
+    scale = float(res_n.params["z_auto_scale"])
+    nearest = ref["mean"][int(loc > 0)]
+    assert abs(loc - nearest) < 0.15
+    assert stats.norm(loc, scale).cdf(0.0) < 1e-3 or stats.norm(loc, scale).sf(0.0) < 1e-3
+
+
+def test_conjugate_linear_gaussian_one_component():
+    # y = X beta + N(0, 1) noise, beta ~ N(0, I) in a plate: exact posterior
+    # N(S X^T y, S), S = (I + X^T X)^-1 (closed form).
+    rng = np.random.default_rng(0)
+    n = 20
+    X = rng.normal(size=(n, 2)) @ np.array([[1.0, 0.6], [0.0, 0.8]])
+    beta_true = np.array([0.7, -1.2])
+    y = X @ beta_true + rng.normal(size=n)
+    S = np.linalg.inv(np.eye(2) + X.T @ X)
+    mean = S @ X.T @ y
+
+    def model(X, y):
+        with numpyro.plate("coef", 2):
+            beta = numpyro.sample("beta", dist.Normal(0.0, 1.0))
+        with numpyro.plate("data", X.shape[0]):
+            numpyro.sample("y", dist.Normal(X @ beta, 1.0), obs=y)
+
+    guide = AutoGaussianMixture(model, num_components=1)
+    schedule = lambda i: 0.05 * 0.998**i  # noqa: E731 -- decaying step size to settle the noise
+    svi = SVI(model, guide, numpyro.optim.Adam(schedule), TraceEntropy_ELBO(num_particles=8))
+    Xj, yj = jnp.asarray(X, fdtype()), jnp.asarray(y, fdtype())
+    # the progress-bar path of SVI.run (a Python loop over a jitted update)
+    result = svi.run(jax.random.PRNGKey(0), 2000, Xj, yj, progress_bar=True)
+    post = guide.get_posterior(result.params)
+    np.testing.assert_allclose(np.asarray(post.loc[0]), mean, atol=0.05)
+    cov = np.asarray(post.covariance_matrix, np.float64)
+    assert np.linalg.norm(cov - S) / np.linalg.norm(S) < 0.1
+    # median of a one-component mixture is its mean
+    np.testing.assert_allclose(np.asarray(guide.median(result.params)["beta"]), mean, atol=0.05)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def _two_mixture_guide(y):
+    for name in ("a", "b"):
+        numpyro.sample(name, GaussianMixture(jnp.array([[0.0], [1.0]]), scale=jnp.ones((2, 1))))
+
+
+def _two_site_model(y):
+    numpyro.sample("a", dist.Normal(0.0, 1.0).expand([1]).to_event(1))
+    numpyro.sample("b", dist.Normal(0.0, 1.0).expand([1]).to_event(1))
+
+
+def _plate_mixture_guide(y):
+    with numpyro.plate("p", 3):
+        numpyro.sample("a", GaussianMixture(jnp.array([[0.0], [1.0]]), scale=jnp.ones((2, 1))))
+
+
+def _plate_model(y):
+    with numpyro.plate("p", 3):
+        numpyro.sample("a", dist.Normal(0.0, 1.0).expand([1]).to_event(1))
+
+
+def _msf_guide(y):
+    mix = dist.MixtureSameFamily(dist.Categorical(logits=jnp.zeros(2)), dist.Normal(jnp.array([0.0, 1.0]), 1.0))
+    numpyro.sample("a", mix)
+
+
+def _scalar_model(y):
+    numpyro.sample("a", dist.Normal(0.0, 1.0))
+
+
+def _bernoulli_guide(y):
+    numpyro.sample("a", dist.Bernoulli(0.5))
+
+
+def _bernoulli_model(y):
+    numpyro.sample("a", dist.Bernoulli(0.3))
+
+
+@pytest.mark.parametrize(
+    "model, guide, match",
+    [
+        (_two_site_model, _two_mixture_guide, "at most one GaussianMixture"),
+        (_plate_model, _plate_mixture_guide, "outside any plate"),
+        (_scalar_model, _msf_guide, "Use numpyro_gmm.GaussianMixture"),
+        (_bernoulli_model, _bernoulli_guide, "discrete"),
+    ],
+)
+def test_unsupported_guides_raise(model, guide, match):
+    with pytest.raises(ValueError, match=match):
+        TraceEntropy_ELBO().loss(jax.random.PRNGKey(0), {}, model, guide, None)
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="num_particles"):
+        TraceEntropy_ELBO(num_particles=0)
+    with pytest.raises(ValueError, match="entropy_options"):
+        TraceEntropy_ELBO(entropy_options=4)
