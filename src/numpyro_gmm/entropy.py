@@ -224,6 +224,7 @@ def gamma_entropy(
     Args: as :func:`legendre_entropy`, with ``order >= 2`` and ``a`` defaulting to
       ``"mode"`` (the highest mode found from every mean; ``"paper"``/``None`` gives the
       paper's bound, a positive scalar is used as given).
+
     Returns: a scalar; NaN when a parameter is not finite.
     """
     log_w, locs, scale_tril, scale, ok, dtype = _prepare(logits, locs, scale_tril, scale)
