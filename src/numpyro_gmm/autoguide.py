@@ -22,16 +22,28 @@ _COVARIANCES = ("full", "diag")
 
 
 def _spread_directions(num_components: int, dim: int) -> np.ndarray:
-    """``(K, d)`` deterministic offsets of unit norm (zero for ``K = 1``), centred so the
-    mixture's mean stays at the initial location. Drawn from a fixed NumPy seed so the
+    """``(K, d)`` deterministic offsets: centred (the mixture's mean stays at the initial
+    location) and of root-mean-square norm one (all zero for ``K = 1``).
+
+    For ``K <= d + 1`` they are the vertices of a regular simplex (all pairwise distances
+    equal, ``sqrt(2K / (K - 1))``) in a randomly rotated subspace; for ``K > d + 1`` they
+    are centred Gaussian draws. The randomness comes from a fixed NumPy seed, so the
     initialisation does not depend on the SVI key."""
-    if num_components == 1:
+    K = num_components
+    if K == 1:
         return np.zeros((1, dim))
-    raw = np.random.default_rng(0).standard_normal((num_components, dim))
-    raw = raw - raw.mean(axis=0)
-    norms = np.linalg.norm(raw, axis=-1, keepdims=True)
-    # K > d + 1 centred directions can be (numerically) zero only by accident
-    return np.where(norms > 1e-12, raw / np.maximum(norms, 1e-12), 0.0)
+    rng = np.random.default_rng(0)
+    if K <= dim + 1:
+        centred = np.eye(K) - 1.0 / K  # centred basis vectors: a regular simplex, rank K - 1
+        u, sv, _ = np.linalg.svd(centred)
+        simplex = u[:, : K - 1] * sv[: K - 1]  # (K, K - 1), same geometry
+        rotation, _ = np.linalg.qr(rng.standard_normal((dim, K - 1)))  # (d, K - 1) orthonormal
+        raw = simplex @ rotation.T
+    else:
+        raw = rng.standard_normal((K, dim))
+        raw = raw - raw.mean(axis=0)
+    rms = np.sqrt(np.mean(np.sum(raw**2, axis=-1)))
+    return raw / rms
 
 
 class AutoGaussianMixture(AutoContinuous):
@@ -49,8 +61,11 @@ class AutoGaussianMixture(AutoContinuous):
 
     * ``{prefix}_logits`` ``(K,)``, initialised to zeros (equal weights);
     * ``{prefix}_locs`` ``(K, latent_dim)``: the initial location from ``init_loc_fn`` plus
-      deterministic offsets of norm ``init_spread`` (default ``3 * init_scale``) along
-      centred directions from a fixed seed, so that components do not coincide;
+      deterministic centred offsets of root-mean-square norm ``init_spread`` (default
+      ``3 * init_scale``): for ``K <= latent_dim + 1`` the vertices of a regular simplex
+      in a subspace rotated by a fixed seed (all components equally far apart), otherwise
+      centred draws from a fixed seed. The components do not coincide and the mixture's
+      mean stays at the initial location;
     * ``{prefix}_scale_tril`` ``(K, latent_dim, latent_dim)`` (``covariance="full"``,
       constraint ``scaled_unit_lower_cholesky``) initialised to ``init_scale * I``, or
       ``{prefix}_scale`` ``(K, latent_dim)`` (``covariance="diag"``, positive) initialised
@@ -61,8 +76,8 @@ class AutoGaussianMixture(AutoContinuous):
     :param str covariance: ``"full"`` or ``"diag"``.
     :param init_loc_fn: per-site initialisation strategy (see ``numpyro.infer.initialization``).
     :param float init_scale: initial standard deviation of every component, ``> 0``.
-    :param float init_spread: distance of each initial component mean from the initial
-        location, ``>= 0``; default ``3 * init_scale``.
+    :param float init_spread: root-mean-square distance of the initial component means from
+        the initial location, ``>= 0``; default ``3 * init_scale``.
     :param str prefix: prefix of the parameter names.
     :param str entropy_method: ``GaussianMixture`` entropy estimator used by
         :class:`~numpyro_gmm.TraceEntropy_ELBO` (unless its ``entropy_options`` override it).

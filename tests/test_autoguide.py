@@ -1,0 +1,214 @@
+"""Tests of AutoGaussianMixture.
+
+References are independent of numpyro_gmm: SciPy root finding on the mixture CDF built from
+``scipy.stats.norm``, NumPy moments, and hand-applied constraining transforms (``exp``).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro import handlers
+from numpyro.infer.initialization import init_to_value
+from scipy import optimize, stats
+
+from conftest import X64
+from numpyro_gmm import AutoGaussianMixture, GaussianMixture, TraceEntropy_ELBO
+
+
+def fdtype():
+    return np.float64 if X64 else np.float32
+
+
+def model():
+    """Latent vector: a (2,) real, then log(s) (s positive); alphabetical ravel order."""
+    numpyro.sample("a", dist.Normal(jnp.array([0.5, -1.0]), 1.0).to_event(1))
+    numpyro.sample("s", dist.LogNormal(0.3, 0.5))
+
+
+def make_guide(**kwargs):
+    init = init_to_value(values={"a": jnp.array([0.5, -1.0]), "s": jnp.exp(0.3)})
+    guide = AutoGaussianMixture(model, init_loc_fn=init, **kwargs)
+    with handlers.seed(rng_seed=0):
+        guide()
+    return guide
+
+
+def init_params(guide):
+    with handlers.seed(rng_seed=0), handlers.trace() as tr:
+        guide()
+    return {name: site["value"] for name, site in tr.items() if site["type"] == "param"}
+
+
+def fixed_params(covariance):
+    """Parameters of a 3-component mixture over (a0, a1, log s)."""
+    dt = fdtype()
+    locs = np.array([[-1.0, 0.5, 0.2], [1.5, -0.5, -0.3], [0.0, 2.0, 1.0]])
+    scales = np.array([[0.5, 0.3, 0.4], [0.2, 0.8, 0.3], [1.0, 0.4, 0.6]])
+    params = {"auto_logits": jnp.asarray([0.2, 0.9, -0.5], dt), "auto_locs": jnp.asarray(locs, dt)}
+    if covariance == "diag":
+        params["auto_scale"] = jnp.asarray(scales, dt)
+    else:
+        tril = np.zeros((3, 3, 3))
+        for k in range(3):
+            tril[k] = np.diag(scales[k])
+            tril[k, 2, 0] = 0.3 * (k + 1) * scales[k, 2]  # correlations; row norms change
+            tril[k, 1, 0] = -0.2 * scales[k, 1]
+        params["auto_scale_tril"] = jnp.asarray(tril, dt)
+    return params, locs, scales
+
+
+def marginal_sd(params, covariance):
+    if covariance == "diag":
+        return np.asarray(params["auto_scale"], np.float64)
+    tril = np.asarray(params["auto_scale_tril"], np.float64)
+    return np.sqrt(np.einsum("kij,kij->ki", tril, tril))
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag"])
+@pytest.mark.parametrize("K", [1, 3])
+def test_initial_parameters(covariance, K):
+    guide = make_guide(num_components=K, covariance=covariance, init_scale=0.2)
+    params = init_params(guide)
+    factor = "auto_scale_tril" if covariance == "full" else "auto_scale"
+    assert set(params) == {"auto_logits", "auto_locs", factor}
+    assert guide.latent_dim == 3
+    np.testing.assert_array_equal(params["auto_logits"], np.zeros(K))
+    locs = np.asarray(params["auto_locs"], np.float64)
+    assert locs.shape == (K, 3)
+    # init_to_value: a = (0.5, -1), s = exp(0.3) -> unconstrained log s = 0.3
+    init = np.array([0.5, -1.0, 0.3])
+    np.testing.assert_allclose(locs.mean(0), init, atol=1e-5)  # offsets are centred
+    if K == 1:
+        np.testing.assert_allclose(locs[0], init, atol=1e-6)
+    else:
+        # root-mean-square distance init_spread = 3 * init_scale = 0.6 from the initial location
+        rms = np.sqrt(np.mean(np.sum((locs - init) ** 2, axis=-1)))
+        np.testing.assert_allclose(rms, 0.6, rtol=1e-5)
+        dist_kl = np.linalg.norm(locs[:, None] - locs[None], axis=-1)[np.triu_indices(K, 1)]
+        assert np.all(dist_kl > 2 * 0.2)  # components do not coincide
+    if covariance == "full":
+        np.testing.assert_allclose(params[factor], np.broadcast_to(0.2 * np.eye(3), (K, 3, 3)), rtol=1e-5)
+    else:
+        np.testing.assert_allclose(params[factor], np.full((K, 3), 0.2), rtol=1e-5)
+    post = guide.get_posterior(params)
+    assert isinstance(post, GaussianMixture)
+    assert post.event_shape == (3,) and post.batch_shape == () and post.num_components == K
+    assert post.is_diagonal == (covariance == "diag")
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag"])
+def test_median_is_mean_of_heaviest_component(covariance):
+    guide = make_guide(num_components=3, covariance=covariance)
+    params, locs, _ = fixed_params(covariance)
+    med = guide.median(params)
+    k = 1  # largest logit
+    np.testing.assert_allclose(med["a"], locs[k, :2], rtol=1e-6)
+    np.testing.assert_allclose(med["s"], np.exp(locs[k, 2]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag"])
+def test_quantiles_match_scipy_root_of_mixture_cdf(covariance):
+    guide = make_guide(num_components=3, covariance=covariance)
+    params, locs, _ = fixed_params(covariance)
+    sd = marginal_sd(params, covariance)
+    logits = np.asarray(params["auto_logits"], np.float64)
+    w = np.exp(logits) / np.exp(logits).sum()
+    levels = [0.025, 0.3, 0.5, 0.9]
+    q = guide.quantiles(params, levels)
+    assert q["a"].shape == (4, 2) and q["s"].shape == (4,)
+    expected = np.empty((4, 3))
+    for j in range(3):
+        for i, level in enumerate(levels):
+            cdf = lambda x: np.sum(w * stats.norm.cdf(x, locs[:, j], sd[:, j])) - level  # noqa: E731
+            expected[i, j] = optimize.brentq(cdf, -20, 20, xtol=1e-12)
+    tol = 1e-9 if X64 else 2e-5
+    np.testing.assert_allclose(q["a"], expected[:, :2], atol=tol * 10)
+    np.testing.assert_allclose(q["s"], np.exp(expected[:, 2]), rtol=tol * 10)
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag"])
+def test_sample_posterior_moments_and_support(covariance):
+    guide = make_guide(num_components=3, covariance=covariance)
+    params, locs, _ = fixed_params(covariance)
+    n = 4000
+    samples = guide.sample_posterior(jax.random.PRNGKey(0), params, sample_shape=(n,))
+    assert samples["a"].shape == (n, 2) and samples["s"].shape == (n,)
+    assert np.all(np.asarray(samples["s"]) > 0)
+    unconstrained = np.column_stack([np.asarray(samples["a"], np.float64), np.log(np.asarray(samples["s"], np.float64))])
+    logits = np.asarray(params["auto_logits"], np.float64)
+    w = np.exp(logits) / np.exp(logits).sum()
+    sd = marginal_sd(params, covariance)
+    mean = w @ locs
+    var = w @ (sd**2 + locs**2) - mean**2  # law of total variance, per coordinate
+    np.testing.assert_array_less(np.abs(unconstrained.mean(0) - mean), 4 * np.sqrt(var / n))
+
+
+def test_entropy_options_from_guide_and_elbo():
+    # The guide's entropy_order reaches the mixture, and TraceEntropy_ELBO's
+    # entropy_options override it: with the same key, the loss changes by exactly the
+    # difference of the two entropy estimates.
+    def data_model(y):
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(z, 1.0), obs=y)
+
+    y = jnp.asarray(0.3, fdtype())
+    guides = {}
+    for order in (4, 8):
+        g = AutoGaussianMixture(data_model, num_components=2, covariance="diag", entropy_order=order)
+        with handlers.seed(rng_seed=0):
+            g(y)
+        guides[order] = g
+    params = {
+        "auto_logits": jnp.asarray([0.1, -0.4], fdtype()),
+        "auto_locs": jnp.asarray([[-0.6], [0.7]], fdtype()),
+        "auto_scale": jnp.asarray([[0.5], [0.8]], fdtype()),
+    }
+    assert guides[4].get_posterior(params).entropy_order == 4
+    key = jax.random.PRNGKey(0)
+
+    @jax.jit
+    def losses(params):
+        l4 = TraceEntropy_ELBO().loss(key, params, data_model, guides[4], y)
+        l8 = TraceEntropy_ELBO().loss(key, params, data_model, guides[8], y)
+        l8_as_4 = TraceEntropy_ELBO(entropy_options={"order": 4}).loss(key, params, data_model, guides[8], y)
+        post = guides[8].get_posterior(params)
+        return l4, l8, l8_as_4, post.entropy(order=4), post.entropy(order=8)
+
+    l4, l8, l8_as_4, h4, h8 = losses(params)
+    np.testing.assert_allclose(l8_as_4, l4, rtol=1e-6)
+    np.testing.assert_allclose(l4 - l8, h8 - h4, atol=1e-5)
+    assert abs(float(h8 - h4)) > 1e-4  # the two orders differ, so the check can fail
+
+
+def test_get_base_dist_and_transform_raise():
+    guide = make_guide(num_components=2)
+    with pytest.raises(NotImplementedError, match="get_posterior"):
+        guide.get_base_dist()
+    with pytest.raises(NotImplementedError, match="get_posterior"):
+        guide.get_transform(init_params(guide))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_components": 0}, "num_components"),
+        ({"num_components": 1.5}, "num_components"),
+        ({"covariance": "lowrank"}, "covariance"),
+        ({"init_scale": 0.0}, "init_scale"),
+        ({"init_spread": -1.0}, "init_spread"),
+        ({"entropy_order": 0}, "entropy_order"),
+        ({"entropy_method": 3}, "entropy_method"),
+    ],
+)
+def test_bad_arguments_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        AutoGaussianMixture(model, **kwargs)
+
+
+def test_bad_quantiles_raise():
+    guide = make_guide(num_components=2)
+    with pytest.raises(ValueError, match="quantiles"):
+        guide.quantiles(init_params(guide), [[0.1, 0.5]])
