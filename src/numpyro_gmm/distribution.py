@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -315,21 +316,16 @@ class GaussianMixture(MixtureSameFamily):
         )
         K, d = loc.shape[-2:]
         n = math.prod(batch)
-
-        def one(lg, lc, f, k):
-            kw = options if k is None else {**options, "key": k}
-            if diag:
-                return mixture_entropy(lg, lc, None, scale=f, method=method, **kw)
-            return mixture_entropy(lg, lc, f, method=method, **kw)
-
-        if not batch:
-            return one(logits, loc, factor, key)
+        fshape = (K, d) if diag else (K, d, d)
         logits = jnp.broadcast_to(logits, batch + (K,)).reshape((n, K))
         loc = jnp.broadcast_to(loc, batch + (K, d)).reshape((n, K, d))
-        fshape = (K, d) if diag else (K, d, d)
         factor = jnp.broadcast_to(factor, batch + fshape).reshape((n,) + fshape)
         keys = None if key is None else jax.random.split(key, n)
-        out = jax.vmap(one)(logits, loc, factor, keys)
+        static = tuple(sorted((k, v) for k, v in options.items() if _is_static(v)))
+        dynamic = {k: v for k, v in options.items() if not _is_static(v)}
+        out = _batched_entropy(
+            logits, loc, factor, keys, dynamic, method=method, diag=diag, static_options=static
+        )
         return jax.tree.map(lambda x: x.reshape(batch + x.shape[1:]), out)
 
     # ------------------------------------------------------------------ construction
@@ -385,7 +381,7 @@ def _check_values(loc, cov_name, cov_value, weight_name, weight_value):
             return  # traced values cannot be checked
         loc_np = np.asarray(loc)
         if not np.all(np.isfinite(loc_np)):
-            raise ValueError(f"loc must be finite, got a non-finite value (NaN or inf)")
+            raise ValueError("loc must be finite, got a non-finite value (NaN or inf)")
         c = np.asarray(cov_value, dtype=np.float64)
         if not np.all(np.isfinite(c)):
             raise ValueError(f"{cov_name} must be finite, got a non-finite value (NaN or inf)")
@@ -422,6 +418,30 @@ def _check_values(loc, cov_name, cov_value, weight_name, weight_value):
             tol = max(1e-6, 10 * K * np.finfo(np.asarray(weight_value).dtype).eps)
             if not np.all(np.abs(w.sum(-1) - 1) <= tol):
                 raise ValueError(f"probs must sum to 1 along the last axis (tolerance {tol:.1e})")
+
+
+def _is_static(value) -> bool:
+    """Python scalars, strings and tuples of them are static options of an estimator
+    (orders, sample counts, block sizes); arrays are traced."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, np.generic)):
+        return True
+    return isinstance(value, tuple) and all(_is_static(v) for v in value)
+
+
+@partial(jax.jit, static_argnames=("method", "diag", "static_options"))
+def _batched_entropy(logits, loc, factor, keys, dynamic_options, *, method, diag, static_options):
+    """``mixture_entropy`` over a flat batch ``(n, ...)`` of mixtures, compiled once per
+    shapes, estimator and static options (eager calls of ``entropy()`` reuse it)."""
+
+    def one(lg, lc, f, k):
+        kw = {**dict(static_options), **dynamic_options}
+        if k is not None:
+            kw["key"] = k
+        if diag:
+            return mixture_entropy(lg, lc, None, scale=f, method=method, **kw)
+        return mixture_entropy(lg, lc, f, method=method, **kw)
+
+    return jax.vmap(one)(logits, loc, factor, keys)
 
 
 # ---------------------------------------------------------------------- batch utilities
