@@ -57,6 +57,11 @@ class AutoGaussianMixture(AutoContinuous):
     :class:`~numpyro_gmm.TraceEntropy_ELBO`: under ``Trace_ELBO`` the mixture weights get no
     useful gradient (sampling the component index is not reparameterisable).
 
+    The ELBO is multimodal in the guide's parameters: components that start in the basin
+    of the same posterior mode tend to stay in it (only the entropy term pushes them
+    apart). Start them where they can reach different modes (``init_loc_fn``,
+    ``init_spread``) or compare several runs.
+
     Parameters (constrained values in ``svi.get_params``):
 
     * ``{prefix}_logits`` ``(K,)``, initialised to zeros (equal weights);
