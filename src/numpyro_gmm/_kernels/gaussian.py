@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
@@ -112,13 +113,67 @@ def logdet_and_quad_rows(eta: Array, lam: Array, d: int, diagonal: bool):
         det = jnp.where(det > 0, det, jnp.nan)
         e0, e1 = eta[0], eta[1]
         return jnp.log(det), (c * e0 * e0 - 2.0 * b * e0 * e1 + a * e1 * e1) / det
+    index = _triu_index(d)
+    if d <= UNROLL_MAX_DIM:
+        return _unrolled_logdet_and_quad_rows(eta, lam)
+    full = jnp.moveaxis(lam[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
+    return logdet_and_quad(full, eta.T, diagonal=False)
+
+
+def _triu_index(d: int) -> dict:
     index = {}
     for k, (i, j) in enumerate(zip(*np.triu_indices(d))):
         index[i, j] = index[j, i] = k
-    if d <= UNROLL_MAX_DIM:
-        return _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
-    full = jnp.moveaxis(lam[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
-    return logdet_and_quad(full, eta.T, diagonal=False)
+    return index
+
+
+@jax.custom_jvp
+def _unrolled_logdet_and_quad_rows(eta: Array, lam: Array):
+    """Unrolled Cholesky on rows; its derivative is given in closed form (below).
+
+    ``d ln|L| = tr(L^-1 dL)`` and ``d(e^T L^-1 e) = 2 x^T de - x^T dL x`` with
+    ``x = L^-1 e``: cheaper to differentiate than the unrolled factorisation itself
+    (automatic differentiation of the unrolled graph made the gradient about 10x the
+    forward time at ``d = 4``).
+    """
+    d = eta.shape[0]
+    index = _triu_index(d)
+    log_det, quad, _, _ = _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
+    return log_det, quad
+
+
+@_unrolled_logdet_and_quad_rows.defjvp
+def _unrolled_jvp(primals, tangents):
+    eta, lam = primals
+    d_eta, d_lam = tangents
+    d = eta.shape[0]
+    index = _triu_index(d)
+    log_det, quad, chol, z = _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
+    # x = L^-T z (back substitution), and W = chol^-1 (lower) so Lambda^-1 = W^T W.
+    x = [None] * d
+    for i in reversed(range(d)):
+        s = z[i]
+        for k in range(i + 1, d):
+            s = s - chol[k][i] * x[k]
+        x[i] = s / chol[i][i]
+    w = [[None] * d for _ in range(d)]
+    for j in range(d):
+        w[j][j] = 1.0 / chol[j][j]
+        for i in range(j + 1, d):
+            s = chol[i][j] * w[j][j]
+            for k in range(j + 1, i):
+                s = s + chol[i][k] * w[k][j]
+            w[i][j] = -s / chol[i][i]
+    d_log_det = 0.0
+    d_quad = 0.0
+    for (i, j), k in sorted((key, k) for key, k in index.items() if key[0] <= key[1]):
+        inv_ij = sum(w[m][i] * w[m][j] for m in range(j, d))  # (W^T W)_ij, i <= j
+        factor = 1.0 if i == j else 2.0  # off-diagonal entries appear twice in Lambda
+        d_log_det = d_log_det + factor * inv_ij * d_lam[k]
+        d_quad = d_quad - factor * x[i] * x[j] * d_lam[k]
+    for i in range(d):
+        d_quad = d_quad + 2.0 * x[i] * d_eta[i]
+    return (log_det, quad), (d_log_det, d_quad)
 
 
 def _unrolled_rows(entry, eta, d):
@@ -143,7 +198,7 @@ def _unrolled_rows(entry, eta, d):
         z.append(s / chol[i][i])
     log_det = 2.0 * sum(jnp.log(chol[j][j]) for j in range(d))
     quad = sum(zi * zi for zi in z)
-    return log_det, quad
+    return log_det, quad, chol, z
 
 
 def log_gaussian_peak(log_det_cov: Array, d: int) -> Array:

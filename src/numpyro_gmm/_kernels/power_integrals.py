@@ -88,32 +88,66 @@ def _as_data(table) -> Array:
     return lax.optimization_barrier(jnp.asarray(table))
 
 
-def _unrank(n_max: int, k: int) -> Array:
-    """``(k, C)`` int32: column ``r`` is row ``r`` of ``compositions_up_to(n_max, k)``.
+def _count_le(sorted_table: Array, x: Array) -> Array:
+    """``searchsorted(sorted_table, x, side="right")`` for a short table, without a loop."""
+    return jnp.sum(sorted_table <= x[..., None], axis=-1, dtype=jnp.int32)
 
-    Computed on the device from the row index (see :func:`numpyro_gmm.compositions.unrank_tables`);
-    the loop over parts is a ``lax.scan``, so the graph does not grow with ``k``.
+
+def _unrank_halves(n_max: int, k_a: int, k_b: int) -> tuple[Array, Array]:
+    """``(k_a, C_a)`` and ``(k_b, C_b)`` int32 tables: column ``r`` is row ``r`` of
+    ``compositions_up_to(n_max, k)``, for both halves at once.
+
+    Computed on the device from the row index (see :func:`numpyro_gmm.compositions.unrank_tables`)
+    by one ``lax.scan`` over the ``k_a`` parts (``k_b`` is ``k_a`` or ``k_a - 1``; the second
+    half's compositions are those of ``k_a`` parts with a first part forced to 0), so the
+    graph does not grow with ``K``.
     """
-    offsets, prefix = unrank_tables(n_max, k)
-    rows = int(offsets[-1])
-    if k == 0:
-        return jnp.zeros((0, rows), dtype=jnp.int32)
-    # Ranks are < C(n_max + k, k) <= int32 range (checked by pair_schedule); the sentinel
-    # only has to exceed every rank.
-    prefix = np.minimum(prefix, np.iinfo(np.int32).max).astype(np.int32)
-    r = lax.optimization_barrier(jnp.arange(rows, dtype=jnp.int32))
-    total = jnp.searchsorted(_as_data(offsets[1:].astype(np.int32)), r, side="right").astype(jnp.int32)
-    rank = r - _as_data(offsets.astype(np.int32))[total]
+    off_a, pre_a = unrank_tables(n_max, k_a)
+    off_b, pre_b = unrank_tables(n_max, k_b)
+    rows_a, rows_b = int(off_a[-1]), int(off_b[-1])
+    big = np.iinfo(np.int32).max  # ranks are < C(n_max + k, k), which pair_schedule keeps in int32
+    if k_b < k_a:
+        zero_first = np.full((1,) + pre_b.shape[1:], big, dtype=np.int64)
+        zero_first[:, :, 0] = 0
+        pre_b = np.concatenate([zero_first, pre_b], axis=0)
+    prefix = np.stack([pre_a, pre_b], axis=1)  # (k_a, 2, n_max + 1, n_max + 2)
+    prefix = np.minimum(prefix, big).astype(np.int32).reshape(k_a, 2 * (n_max + 1), n_max + 2)
+    r = lax.optimization_barrier(jnp.arange(rows_a + rows_b, dtype=jnp.int32))
+    half = (r >= rows_a).astype(jnp.int32)
+    r = r - half * rows_a
+    offsets = _as_data(np.stack([off_a, off_b]).astype(np.int32))  # (2, n_max + 2)
+    # Row r of a half has total s where offsets[s] <= r < offsets[s + 1].
+    total = jnp.sum(offsets[:, 1:][half] <= r[:, None], axis=1, dtype=jnp.int32)
+    rank = r - offsets[half, total]
 
     def part(carry, table):
         rank, total = carry
-        row = table[total]  # (C, n_max + 2)
-        v = jnp.sum(row <= rank[:, None], axis=1, dtype=jnp.int32) - 1
+        row = table[half * (n_max + 1) + total]  # (C, n_max + 2)
+        v = _count_le(row, rank) - 1
         rank = rank - jnp.take_along_axis(row, v[:, None], axis=1)[:, 0]
         return (rank, total - v), v
 
-    _, parts = lax.scan(part, (rank, total), _as_data(prefix))
-    return parts
+    _, parts = lax.scan(part, (rank, total), _as_data(prefix))  # (k_a, C_a + C_b)
+    return parts[:, :rows_a], parts[k_a - k_b :, rows_a:]
+
+
+@jax.custom_jvp
+def _gather_stats(feats: Array, stats: Array, m: Array, idx: Array) -> Array:
+    """``stats[idx]`` where ``stats = (feats @ m.T)`` plus a constant, differentiated via ``feats``.
+
+    The tangent is ``m[idx] @ d_feats^T``, so the reverse pass is ``ct^T @ m[idx]`` (an
+    ``(F, k)`` matrix product) instead of a scatter-add of the cotangent rows into the
+    ``(C, F)`` table. ``stats`` is a ``stop_gradient``-ed function of ``feats``; its
+    tangent is ignored.
+    """
+    return stats[idx]
+
+
+@_gather_stats.defjvp
+def _gather_stats_jvp(primals, tangents):
+    feats, stats, m, idx = primals
+    d_feats = tangents[0]
+    return stats[idx], m[idx] @ d_feats.T
 
 
 def _whiten(locs: Array, scale_tril: Array | None, scale: Array | None):
@@ -174,13 +208,18 @@ def log_moments(
     # Feature rows per component: [r, mu^T Lambda mu, h (d), Lambda entries].
     feats = jnp.concatenate([r[None], mahal[None], h.T, lam_rows], axis=0)
 
-    def half_stats(k, lo):
-        m = _unrank(n_max, k).astype(locs.dtype)  # (k, C)
-        stats = feats[:, lo : lo + k] @ m  # (F, C): structure of arrays
-        return stats.at[0].add(-jnp.sum(gammaln(m + 1.0), axis=0))
+    def half_stats(table, feats_half):
+        m = table.astype(locs.dtype)  # (k, C) counts
+        stats = feats_half @ m  # (F, C)
+        # (C, F): rows are gathered whole. The gradient reaches feats through
+        # _gather_stats, not through this table (see there).
+        stats = lax.stop_gradient(stats.at[0].add(-jnp.sum(gammaln(m + 1.0), axis=0)).T)
+        return stats, m.T
 
-    stats_a = half_stats(K_a, 0)
-    stats_b = half_stats(sched.K_b, K_a)
+    table_a, table_b = _unrank_halves(n_max, K_a, sched.K_b)
+    feats_a, feats_b = feats[:, :K_a], feats[:, K_a:]
+    stats_a, m_a = half_stats(table_a, feats_a)
+    stats_b, m_b = half_stats(table_b, feats_b)
     bs = sched.block_size
     cells = tuple(
         _as_data(x)
@@ -195,21 +234,21 @@ def log_moments(
     )
     log_fact_n = gammaln(jnp.arange(n_max + 1, dtype=locs.dtype) + 1.0)
 
-    def scan_blocks(stats_a, stats_b, alpha, blocks):
+    def scan_blocks(feats_a, feats_b, stats_a, stats_b, m_a, m_b, alpha, blocks):
         cell_n, start_a, start_b, count_b, count, first_block = cells
 
         @jax.checkpoint
         def block_terms(t):
             # Which cell block t lies in, and the pair indices of its compositions.
-            c = jnp.searchsorted(first_block[1:], t, side="right")
-            c = jnp.minimum(c, cell_n.shape[0] - 1)  # padding blocks (t >= num_blocks)
+            c = jnp.minimum(_count_le(first_block[1:], t), cell_n.shape[0] - 1)  # padding blocks (t >= num_blocks)
             local = (t - first_block[c]) * bs + jnp.arange(bs, dtype=jnp.int32)
             valid = (local < count[c]) & (t < sched.num_blocks)
             local = jnp.where(valid, local, 0)
             ia = start_a[c] + local // count_b[c]
             ib = start_b[c] + local % count_b[c]
             n = cell_n[c]
-            g = stats_a[:, ia] + stats_b[:, ib]  # (F, bs)
+            g = _gather_stats(feats_a, stats_a, m_a, ia) + _gather_stats(feats_b, stats_b, m_b, ib)
+            g = g.T  # (F, bs): structure of arrays for the algebra
             log_det, quad = logdet_and_quad_rows(g[2 : 2 + d], g[2 + d :], d, diagonal)
             spread = g[1] - quad  # Q_m >= 0
             terms = log_fact_n[n] + g[0] + alpha - 0.5 * (log_det + spread)
@@ -235,7 +274,9 @@ def log_moments(
 
     devices = jax.devices()
     if len(devices) == 1 or sched.num_blocks < len(devices):
-        run_max, run_sum = scan_blocks(stats_a, stats_b, alpha, jnp.arange(sched.num_blocks, dtype=jnp.int32))
+        run_max, run_sum = scan_blocks(
+            feats_a, feats_b, stats_a, stats_b, m_a, m_b, alpha, jnp.arange(sched.num_blocks, dtype=jnp.int32)
+        )
         return log_a, run_max + jnp.log(run_sum)
 
     # Several devices: each scans a contiguous share of the blocks (the last share is
@@ -245,13 +286,13 @@ def log_moments(
     mesh = jax.sharding.Mesh(np.array(devices), (_AXIS,))
     blocks = jnp.arange(n_dev * per_dev, dtype=jnp.int32)
     sharded = jax.shard_map(
-        lambda sa, sb, al, t: tuple(x[None] for x in scan_blocks(sa, sb, al, t)),
+        lambda *args: tuple(x[None] for x in scan_blocks(*args)),
         mesh=mesh,
-        in_specs=(PartitionSpec(), PartitionSpec(), PartitionSpec(), PartitionSpec(_AXIS)),
+        in_specs=(PartitionSpec(),) * 7 + (PartitionSpec(_AXIS),),
         out_specs=(PartitionSpec(_AXIS), PartitionSpec(_AXIS)),
         check_vma=False,
     )
-    dev_max, dev_sum = sharded(stats_a, stats_b, alpha, blocks)  # (n_dev, k_max)
+    dev_max, dev_sum = sharded(feats_a, feats_b, stats_a, stats_b, m_a, m_b, alpha, blocks)  # (n_dev, k_max)
     top = lax.stop_gradient(jnp.max(dev_max, axis=0))
     total = jnp.sum(dev_sum * jnp.exp(dev_max - top), axis=0)
     return log_a, top + jnp.log(total)
