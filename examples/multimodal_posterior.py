@@ -171,6 +171,11 @@ def main(argv=None):
     fig.savefig(path, dpi=90)
     print(f"wrote {path}")
 
+    # the claim of this example: the mixture guide puts mass on both modes
+    p_pos = float(np.mean(np.asarray(idata["AutoGaussianMixture"].posterior["theta"]) > 0))
+    if not 0.2 < p_pos < 0.8:
+        raise SystemExit(f"AutoGaussianMixture found one mode only: P(theta > 0) = {p_pos:.3f}")
+
 
 if __name__ == "__main__":
     main()
