@@ -180,7 +180,7 @@ class GaussianMixture(MixtureSameFamily):
             logits = jnp.broadcast_to(weight_value, batch_shape + (K,))
         if is_diagonal:
             scale = jnp.broadcast_to(cov_value, batch_shape + (K, d))
-            component = Independent(Normal(loc, scale), 1)
+            component = Independent(Normal(loc, scale, validate_args=False), 1, validate_args=False)
         else:
             if cov_name == "covariance_matrix":
                 tril = jnp.linalg.cholesky(cov_value)
@@ -189,12 +189,14 @@ class GaussianMixture(MixtureSameFamily):
             else:
                 tril = jnp.tril(cov_value)
             tril = jnp.broadcast_to(tril, batch_shape + (K, d, d))
-            component = MultivariateNormal(loc, scale_tril=tril)
+            component = MultivariateNormal(loc, scale_tril=tril, validate_args=False)
 
         self._entropy_method = entropy_method
         self._entropy_order = entropy_order
         self._is_diagonal = is_diagonal
-        super().__init__(CategoricalLogits(logits), component, validate_args=validate_args)
+        # The components are not validated by NumPyro: this class checks the arguments the
+        # user gave, with messages naming them.
+        super().__init__(CategoricalLogits(logits, validate_args=False), component, validate_args=validate_args)
 
     # ------------------------------------------------------------------ validation
     def validate_args(self, strict: bool = True) -> None:
