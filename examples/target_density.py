@@ -92,13 +92,21 @@ def mixture_from_params(params) -> GaussianMixture:
     return GaussianMixture(params["loc"], scale_tril=params["scale_tril"], logits=params["logits"])
 
 
+def exponential_decay(step_size: float, num_steps: int, final_fraction: float):
+    """``i -> step_size * final_fraction ** (i / num_steps)`` (a step-size schedule for
+    ``numpyro.optim.Adam``)."""
+    return lambda i: step_size * final_fraction ** (i / num_steps)
+
+
 def fit(target: str, num_components: int, num_steps: int, snapshots=(), *, lr=0.03, num_particles=4,
         seed=0, entropy_order=None):
     """SVI with TraceEntropy_ELBO. Returns ``(params, losses, {step: params})`` with the
     parameters after each step listed in ``snapshots`` (``0`` is the initialisation)."""
     model, guide = make_model(target), make_guide(num_components, seed)
     options = {} if entropy_order is None else {"order": entropy_order}
-    svi = SVI(model, guide, numpyro.optim.Adam(lr), TraceEntropy_ELBO(num_particles, entropy_options=options))
+    # the step size decays to a tenth over the run: late large steps can collapse a component
+    schedule = exponential_decay(lr, num_steps, 0.1)
+    svi = SVI(model, guide, numpyro.optim.Adam(schedule), TraceEntropy_ELBO(num_particles, entropy_options=options))
     state = svi.init(jax.random.PRNGKey(seed + 1))
     update = jax.jit(svi.update)  # compiled once; a Python loop lets us keep snapshots
     saved = {0: svi.get_params(state)} if 0 in snapshots else {}
@@ -139,7 +147,10 @@ def make_figure(target, snapshots, gaussian_params, losses, gaussian_losses, kls
 
     def panel(ax, params, title):
         q = np.exp(np.asarray(mixture_from_params(params).log_prob(pts))).reshape(xx.shape)
-        ax.contourf(xx, yy, q, levels=np.linspace(0.03, 1.0, 12) * q.max(), cmap="Blues", extend="max")
+        # colour scale from a high percentile, not the maximum: a narrow component would
+        # otherwise push every other level out of sight
+        top = np.percentile(q, 99.5)
+        ax.contourf(xx, yy, q, levels=np.linspace(0.03, 1.0, 12) * top, cmap="Blues", extend="max")
         # target: the lines where p~ is exp(-1/2) and exp(-2) of its maximum (1 and 2 "sd")
         ax.contour(xx, yy, p / p.max(), levels=[np.exp(-2.0), np.exp(-0.5)], colors="tab:red",
                    linewidths=0.9, linestyles=["--", "-"])
