@@ -83,6 +83,11 @@ DEFAULT_BLOCK_SIZE = 4096
 _AXIS = "blocks"
 
 
+def _devices() -> list:
+    """The devices the block axis is split across (all that JAX sees)."""
+    return jax.devices()
+
+
 def _as_data(table) -> Array:
     """A small NumPy table as an array XLA treats as opaque data (no constant folding)."""
     return lax.optimization_barrier(jnp.asarray(table))
@@ -129,25 +134,6 @@ def _unrank_halves(n_max: int, k_a: int, k_b: int) -> tuple[Array, Array]:
 
     _, parts = lax.scan(part, (rank, total), _as_data(prefix))  # (k_a, C_a + C_b)
     return parts[:, :rows_a], parts[k_a - k_b :, rows_a:]
-
-
-@jax.custom_jvp
-def _gather_stats(feats: Array, stats: Array, m: Array, idx: Array) -> Array:
-    """``stats[idx]`` where ``stats = (feats @ m.T)`` plus a constant, differentiated via ``feats``.
-
-    The tangent is ``m[idx] @ d_feats^T``, so the reverse pass is ``ct^T @ m[idx]`` (an
-    ``(F, k)`` matrix product) instead of a scatter-add of the cotangent rows into the
-    ``(C, F)`` table. ``stats`` is a ``stop_gradient``-ed function of ``feats``; its
-    tangent is ignored.
-    """
-    return stats[idx]
-
-
-@_gather_stats.defjvp
-def _gather_stats_jvp(primals, tangents):
-    feats, stats, m, idx = primals
-    d_feats = tangents[0]
-    return stats[idx], m[idx] @ d_feats.T
 
 
 def _whiten(locs: Array, scale_tril: Array | None, scale: Array | None):
@@ -211,15 +197,13 @@ def log_moments(
     def half_stats(table, feats_half):
         m = table.astype(locs.dtype)  # (k, C) counts
         stats = feats_half @ m  # (F, C)
-        # (C, F): rows are gathered whole. The gradient reaches feats through
-        # _gather_stats, not through this table (see there).
-        stats = lax.stop_gradient(stats.at[0].add(-jnp.sum(gammaln(m + 1.0), axis=0)).T)
-        return stats, m.T
+        # (C, F): rows are gathered whole (a row gather measured ~20x faster than a
+        # column gather of the (F, C) layout).
+        return stats.at[0].add(-jnp.sum(gammaln(m + 1.0), axis=0)).T
 
     table_a, table_b = _unrank_halves(n_max, K_a, sched.K_b)
-    feats_a, feats_b = feats[:, :K_a], feats[:, K_a:]
-    stats_a, m_a = half_stats(table_a, feats_a)
-    stats_b, m_b = half_stats(table_b, feats_b)
+    stats_a = half_stats(table_a, feats[:, :K_a])
+    stats_b = half_stats(table_b, feats[:, K_a:])
     bs = sched.block_size
     cells = tuple(
         _as_data(x)
@@ -234,7 +218,7 @@ def log_moments(
     )
     log_fact_n = gammaln(jnp.arange(n_max + 1, dtype=locs.dtype) + 1.0)
 
-    def scan_blocks(feats_a, feats_b, stats_a, stats_b, m_a, m_b, alpha, blocks):
+    def scan_blocks(stats_a, stats_b, alpha, blocks):
         cell_n, start_a, start_b, count_b, count, first_block = cells
 
         @jax.checkpoint
@@ -247,8 +231,7 @@ def log_moments(
             ia = start_a[c] + local // count_b[c]
             ib = start_b[c] + local % count_b[c]
             n = cell_n[c]
-            g = _gather_stats(feats_a, stats_a, m_a, ia) + _gather_stats(feats_b, stats_b, m_b, ib)
-            g = g.T  # (F, bs): structure of arrays for the algebra
+            g = (stats_a[ia] + stats_b[ib]).T  # (F, bs): structure of arrays for the algebra
             log_det, quad = logdet_and_quad_rows(g[2 : 2 + d], g[2 + d :], d, diagonal)
             spread = g[1] - quad  # Q_m >= 0
             terms = log_fact_n[n] + g[0] + alpha - 0.5 * (log_det + spread)
@@ -272,11 +255,9 @@ def log_moments(
         (run_max, run_sum), _ = lax.scan(step, init, blocks)
         return run_max, run_sum
 
-    devices = jax.devices()
+    devices = _devices()
     if len(devices) == 1 or sched.num_blocks < len(devices):
-        run_max, run_sum = scan_blocks(
-            feats_a, feats_b, stats_a, stats_b, m_a, m_b, alpha, jnp.arange(sched.num_blocks, dtype=jnp.int32)
-        )
+        run_max, run_sum = scan_blocks(stats_a, stats_b, alpha, jnp.arange(sched.num_blocks, dtype=jnp.int32))
         return log_a, run_max + jnp.log(run_sum)
 
     # Several devices: each scans a contiguous share of the blocks (the last share is
@@ -288,11 +269,11 @@ def log_moments(
     sharded = jax.shard_map(
         lambda *args: tuple(x[None] for x in scan_blocks(*args)),
         mesh=mesh,
-        in_specs=(PartitionSpec(),) * 7 + (PartitionSpec(_AXIS),),
+        in_specs=(PartitionSpec(),) * 3 + (PartitionSpec(_AXIS),),
         out_specs=(PartitionSpec(_AXIS), PartitionSpec(_AXIS)),
         check_vma=False,
     )
-    dev_max, dev_sum = sharded(feats_a, feats_b, stats_a, stats_b, m_a, m_b, alpha, blocks)  # (n_dev, k_max)
+    dev_max, dev_sum = sharded(stats_a, stats_b, alpha, blocks)  # (n_dev, k_max)
     top = lax.stop_gradient(jnp.max(dev_max, axis=0))
     total = jnp.sum(dev_sum * jnp.exp(dev_max - top), axis=0)
     return log_a, top + jnp.log(total)

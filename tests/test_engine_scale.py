@@ -1,0 +1,100 @@
+"""Scale properties of the power-integral engine: blocking, device unranking, sharding.
+
+No timing or memory assertions here (those are in ``benchmarks/``): these tests check that
+the mechanisms that bound memory and spread work over devices leave values and gradients
+unchanged.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import X64, ftype
+from numpyro_gmm._kernels.power_integrals import _unrank_halves, log_moments
+from numpyro_gmm.compositions import compositions_up_to, unrank_table
+
+
+def mixture(rng, K, d):
+    logits = rng.normal(size=K)
+    locs = 2.0 * rng.normal(size=(K, d))
+    tril = np.tril(rng.normal(size=(K, d, d)), -1) * 0.4 + np.diag(rng.uniform(0.5, 1.5, d))
+    return [jnp.asarray(x, ftype()) for x in (jax.nn.log_softmax(logits), locs, tril)]
+
+
+@pytest.mark.parametrize("n_max,K", [(0, 0), (4, 1), (5, 3), (6, 4), (3, 7)])
+def test_unranking_matches_enumeration(n_max, K):
+    # Reference: compositions_up_to, built by appending parts (independent of the ranking).
+    expected = compositions_up_to(n_max, K)[0]
+    np.testing.assert_array_equal(unrank_table(n_max, K), expected)
+    k_b = max(K - 1, 0)
+    table_a, table_b = _unrank_halves(n_max, K, k_b) if K else (None, None)
+    if K:
+        np.testing.assert_array_equal(np.asarray(table_a).T, expected)
+        np.testing.assert_array_equal(np.asarray(table_b).T, compositions_up_to(n_max, k_b)[0])
+
+
+@pytest.mark.parametrize("d,diagonal", [(1, False), (3, False), (2, True)])
+def test_gradient_through_many_blocks_equals_one_block(rng, d, diagonal):
+    """Block size 7 (dozens of rematerialised scan steps) against one block holding everything."""
+    log_w, locs, tril = mixture(rng, 5, d)
+    scale = jnp.exp(0.3 * jnp.asarray(rng.normal(size=(5, d)), ftype()))
+
+    def f(block_size):
+        def moments(lw, m, t):
+            args = (lw, m, None, t) if diagonal else (lw, m, t)
+            log_a, lm = log_moments(*args, k_max=4, block_size=block_size)
+            return log_a + jnp.sum(jnp.exp(lm) * jnp.arange(1.0, 5.0, dtype=lm.dtype))
+
+        return jax.value_and_grad(moments, argnums=(0, 1, 2))(log_w, locs, scale if diagonal else tril)
+
+    many, one = f(7), f(100_000)
+    tol = dict(rtol=1e-10, atol=1e-12) if X64 else dict(rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(many[0], one[0], **tol)
+    for g_many, g_one in zip(many[1], one[1]):
+        np.testing.assert_allclose(g_many, g_one, **tol)
+
+
+SHARDED = textwrap.dedent(
+    """
+    import json, jax, jax.numpy as jnp, numpy as np
+    from numpyro_gmm._kernels import power_integrals as pi
+    assert len(jax.devices()) == 4, jax.devices()
+    rng = np.random.default_rng(1)
+    K, d = 6, 2
+    lw = jax.nn.log_softmax(jnp.asarray(rng.normal(size=K)))
+    locs = jnp.asarray(2.0 * rng.normal(size=(K, d)))
+    tril = jnp.asarray(np.tril(rng.normal(size=(K, d, d)), -1) * 0.4 + np.eye(d))
+    def f(lw, m, t):
+        log_a, lm = pi.log_moments(lw, m, t, k_max=5, block_size=16)
+        return log_a + jnp.sum(jnp.exp(lm) * jnp.arange(1.0, 6.0))
+    vg = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2)))
+    used = "shard_map" in str(jax.make_jaxpr(f)(lw, locs, tril))
+    sharded = vg(lw, locs, tril)
+    moments_sharded = pi.log_moments(lw, locs, tril, k_max=5, block_size=16)[1]
+    pi._devices = lambda: jax.devices()[:1]  # the single-device path
+    single = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2)))(lw, locs, tril)
+    moments_single = pi.log_moments(lw, locs, tril, k_max=5, block_size=16)[1]
+    diffs = [float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(sharded), jax.tree.leaves(single))]
+    diffs.append(float(jnp.max(jnp.abs(moments_sharded - moments_single))))
+    print(json.dumps(dict(used=used, diffs=diffs, value=float(single[0]))))
+    """
+)
+
+
+def test_sharded_over_four_devices_equals_single_device():
+    """Four host devices (XLA flag, float64) in a subprocess: value, gradient and moments to 1e-10."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_ENABLE_X64="1")
+    env["JAX_PLATFORMS"] = "cpu"
+    res = subprocess.run([sys.executable, "-c", SHARDED], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["used"], "the 4-device run did not take the shard_map path"
+    assert np.isfinite(out["value"])
+    assert max(out["diffs"]) <= 1e-10, out["diffs"]
