@@ -1,0 +1,377 @@
+"""Accuracy map of every entropy estimator against ground truth, with the time per call.
+
+Ground truth (float64, independent of numpyro_gmm):
+  * one component, any d: the closed form 1/2 ln|2 pi e Sigma|;
+  * d = 1: ``scipy.stats.Mixture(...).entropy()``;
+  * d = 2: a dense 801 x 801 trapezoid grid over +-9 sd (``tests/reference.py``);
+  * d >= 5: a long stratified Monte Carlo run in NumPy/SciPy with the components'
+    log-densities as control variates (``2^16`` draws per component by default); its
+    standard error is reported next to every row and the worst error is quoted with it.
+
+Every moment estimator of order N is a function of ``(ln a, ln E[u^k], k = 1..N)`` only, so
+the moments are computed once per mixture and dtype at the largest order (with
+``log_moments``) and every order is evaluated from their prefix: the same numbers the
+public functions return at that order (checked for the default order by the tests).
+Combinations whose composition count ``C(N + K, K - 1)`` at the largest power exceeds
+``--max-compositions`` are skipped and listed.
+
+Run:  python benchmarks/accuracy.py            (full map, a few minutes on 2 cores)
+      python benchmarks/accuracy.py --quick    (d in {1, 2, 5}, K in {1, 2, 4}, fewer orders)
+Writes docs/accuracy.md (``--out`` to change) and prints the same tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from functools import partial
+
+os.environ.setdefault("JAX_ENABLE_X64", "1")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from scipy.special import logsumexp  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+import reference  # noqa: E402
+
+import numpyro_gmm.entropy as E  # noqa: E402
+from numpyro_gmm._kernels import bounds as B  # noqa: E402
+from numpyro_gmm._kernels.frontier import (  # noqa: E402
+    gamma_entropy_from_moments,
+    normalized_legendre_entropy_from_moments,
+)
+from numpyro_gmm._kernels.legendre import legendre_entropy_from_moments  # noqa: E402
+from numpyro_gmm._kernels.modes import log_max_density  # noqa: E402
+from numpyro_gmm._kernels.power_integrals import log_moments  # noqa: E402
+from numpyro_gmm._kernels.taylor import taylor_entropy_from_moments  # noqa: E402
+from numpyro_gmm.compositions import num_compositions  # noqa: E402
+
+LOG_2PI = math.log(2 * math.pi)
+
+
+# ----------------------------------------------------------------------------- mixtures
+def make_mixture(d, K, sep, seed):
+    """Weights ~ softmax(N(0, 0.5^2)); Cholesky factors with diagonal U(0.6, 1.4) and
+    off-diagonal N(0, 0.3^2 / d); means sep * g_i / sqrt(2) with g_i ~ N(0, I_d), so that
+    neighbouring components are about ``sep`` standard deviations apart along each axis."""
+    rng = np.random.default_rng(seed)
+    logits = 0.5 * rng.normal(size=K)
+    tril = np.tril(rng.normal(size=(K, d, d)) * 0.3 / math.sqrt(d), -1)
+    tril += np.einsum("ki,ij->kij", rng.uniform(0.6, 1.4, size=(K, d)), np.eye(d))
+    locs = sep * rng.normal(size=(K, d)) / math.sqrt(2.0)
+    if K == 1:
+        locs[:] = 0.0
+    return logits, locs, tril
+
+
+def truth(logits, locs, tril, mc_per_comp, seed):
+    """(H, standard error, source) in float64, independent of the package."""
+    K, d = locs.shape
+    w = np.exp(logits - logsumexp(logits))
+    covs = tril @ np.swapaxes(tril, -1, -2)
+    logdet = 2 * np.sum(np.log(np.abs(np.diagonal(tril, axis1=-2, axis2=-1))), -1)
+    h_comp = 0.5 * d * (LOG_2PI + 1) + 0.5 * logdet
+    if K == 1:
+        return float(h_comp[0]), 0.0, "closed form"
+    if d == 1:
+        return reference.entropy_1d_scipy(w, locs[:, 0], tril[:, 0, 0]), 0.0, "scipy"
+    if d == 2:
+        return reference.entropy_2d_quadrature(w, locs, covs), 0.0, "quadrature"
+    rng = np.random.default_rng(seed)
+    inv = np.linalg.inv(tril)
+    est, var = 0.0, 0.0
+    for i in range(K):
+        z = rng.standard_normal((mc_per_comp, d))
+        x = locs[i] + z @ tril[i].T
+        comp = np.empty((K, mc_per_comp))
+        for j in range(K):
+            zj = (x - locs[j]) @ inv[j].T
+            comp[j] = np.log(w[j]) - 0.5 * (d * LOG_2PI + logdet[j]) - 0.5 * np.sum(zj * zj, 1)
+        g = logsumexp(comp, axis=0) - (-0.5 * (d * LOG_2PI + logdet[i]) - 0.5 * np.sum(z * z, 1))
+        est += w[i] * (h_comp[i] - g.mean())
+        var += w[i] ** 2 * g.var(ddof=1) / mc_per_comp
+    return float(est), float(math.sqrt(var)), "Monte Carlo"
+
+
+# ----------------------------------------------------------------------------- estimates
+MOMENT_METHODS = ["legendre", "legendre_mode", "legendre_normalized", "taylor", "gamma_paper", "gamma"]
+CLOSED = {
+    "huber_lower": B.huber_lower,
+    "pairwise_bhattacharyya_lower": B.pairwise_bhattacharyya_lower,
+    "huber_upper": B.huber_upper,
+    "pairwise_kl_upper": B.pairwise_kl_upper,
+    "moment_matched_upper": B.moment_matched_upper,
+}
+LOWER = ["huber_lower", "pairwise_bhattacharyya_lower", "taylor"]
+UPPER = ["huber_upper", "pairwise_kl_upper", "moment_matched_upper"]
+
+
+@jax.jit
+def _closed_all(log_w, locs, tril):
+    return {k: f(log_w, locs, tril, None) for k, f in CLOSED.items()}
+
+
+_moments = jax.jit(lambda lw, m, t, k_max: log_moments(lw, m, t, None, k_max=k_max), static_argnums=3)
+_mode = jax.jit(lambda lw, m, t: log_max_density(lw, m, t, None))
+
+
+@jax.jit
+def _mc(lw, m, t):
+    return E.monte_carlo_entropy(lw, m, t, key=jax.random.PRNGKey(0), num_samples=4096)
+
+
+@partial(jax.jit, static_argnums=3)
+def _from_moments(la, lm, lmode, dim):
+    orders = [n for n in ORDERS if n <= lm.shape[0]]
+    out = {}
+    k = jnp.arange(1, lm.shape[0] + 1, dtype=lm.dtype)
+    lm_mode = lm - k * (lmode - la)
+    for n in orders:
+        out[("legendre", n)] = legendre_entropy_from_moments(lm[:n], la, n)
+        out[("legendre_mode", n)] = legendre_entropy_from_moments(lm_mode[:n], lmode, n)
+        out[("legendre_normalized", n)] = normalized_legendre_entropy_from_moments(lm, la, n, dim)
+        out[("taylor", n)] = taylor_entropy_from_moments(lm, la, n)
+        out[("gamma_paper", n)] = gamma_entropy_from_moments(lm, la, n)
+        out[("gamma", n)] = gamma_entropy_from_moments(lm_mode, lmode, n)
+    return out
+
+
+def estimates(logits, locs, tril, dtype, orders):
+    lw = jax.nn.log_softmax(jnp.asarray(logits, dtype))
+    m, t = jnp.asarray(locs, dtype), jnp.asarray(tril, dtype)
+    la, lm = _moments(lw, m, t, max(orders))
+    lmode = _mode(lw, m, t)
+    out = {key: float(v) for key, v in _from_moments(la, lm, lmode, m.shape[1]).items()}
+    out.update({(k, None): float(v) for k, v in _closed_all(lw, m, t).items()})
+    h, se = _mc(lw, m, t)
+    out[("monte_carlo", None)] = float(h)
+    out[("monte_carlo_se", None)] = float(se)
+    out[("log_a_gap", None)] = float(la - lmode)
+    return out
+
+
+ORDERS: list = []
+
+
+def time_call(fn, args, repeats=20):
+    jax.block_until_ready(fn(*args))  # compile
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+# ----------------------------------------------------------------------------- main
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--dims", type=int, nargs="*", default=None)
+    ap.add_argument("--ks", type=int, nargs="*", default=None)
+    ap.add_argument("--seps", type=float, nargs="*", default=[0.5, 1.5, 4.0])
+    ap.add_argument("--orders", type=int, nargs="*", default=None)
+    ap.add_argument("--mc-per-comp", type=int, default=2**14)
+    ap.add_argument("--max-compositions", type=int, default=2_000_000)
+    ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--timing-dims", type=int, nargs="*", default=[2, 10, 20])
+    ap.add_argument("--timing-ks", type=int, nargs="*", default=[2, 8])
+    ap.add_argument("--out", default=os.path.join(HERE, "..", "docs", "accuracy.md"))
+    args = ap.parse_args()
+    dims = args.dims or ([1, 2, 5] if args.quick else [1, 2, 5, 10, 20])
+    ks = args.ks or ([1, 2, 4] if args.quick else [1, 2, 4, 8])
+    orders = args.orders or ([2, 4, 8] if args.quick else [2, 4, 6, 8, 10, 12])
+    default_order = E.DEFAULT_ORDER
+    if default_order not in orders:
+        orders = sorted(orders + [default_order])
+    ORDERS[:] = orders
+    t_start = time.perf_counter()
+
+    rows, skipped = [], []
+    for d in dims:
+        for K in ks:
+            if num_compositions(max(orders) + 1, K) > args.max_compositions:
+                skipped.append((d, K, max(orders), num_compositions(max(orders) + 1, K)))
+                continue
+            for sep in [0.0] if K == 1 else args.seps:
+                seed = 1000 * d + 10 * K + int(10 * sep)
+                logits, locs, tril = make_mixture(d, K, sep, seed)
+                h, se, src = truth(logits, locs, tril, args.mc_per_comp, seed + 1)
+                row = dict(d=d, K=K, sep=sep, truth=h, se=se, src=src)
+                for dt in ("float64", "float32"):
+                    row[dt] = estimates(logits, locs, tril, getattr(jnp, dt), orders)
+                rows.append(row)
+                print(f"d={d:2d} K={K} sep={sep:3.1f} H={h:9.4f} (se {se:.4f}, {src})  "
+                      f"legendre{default_order} {row['float64'][('legendre', default_order)] - h:+.4f}  "
+                      f"gamma{default_order} {row['float64'][('gamma', default_order)] - h:+.4f}", flush=True)
+    t_acc = time.perf_counter() - t_start
+
+    timing = []
+    if not args.no_timing:
+        for d in [x for x in dims if x in args.timing_dims]:
+            for K in [x for x in ks if x in args.timing_ks]:
+                if num_compositions(default_order + 1, K) > args.max_compositions:
+                    continue
+                logits, locs, tril = make_mixture(d, K, 1.5, 7)
+                a = [jnp.asarray(x, jnp.float32) for x in (logits, locs, tril)]
+                fns = {
+                    "legendre": jax.jit(lambda lg, m, t: E.legendre_entropy(lg, m, t)),
+                    "legendre_normalized": jax.jit(lambda lg, m, t: E.normalized_legendre_entropy(lg, m, t)),
+                    "gamma": jax.jit(lambda lg, m, t: E.gamma_entropy(lg, m, t)),
+                    "entropy_bounds": jax.jit(lambda lg, m, t: E.entropy_bounds(lg, m, t)),
+                    "pairwise_kl_upper": jax.jit(lambda lg, m, t: E.pairwise_kl_upper_bound(lg, m, t)),
+                    "monte_carlo(4096)": jax.jit(
+                        lambda lg, m, t: E.monte_carlo_entropy(lg, m, t, key=jax.random.PRNGKey(0), num_samples=4096)
+                    ),
+                }
+                timing.append((d, K, {k: time_call(f, a) for k, f in fns.items()}))
+    md = render(rows, skipped, timing, orders, default_order, dims, args, t_acc)
+    with open(args.out, "w") as f:
+        f.write(md)
+    print(md)
+    print(f"wrote {os.path.relpath(args.out)} in {time.perf_counter() - t_start:.0f} s")
+
+
+def err(row, dt, method, order):
+    return row[dt][(method, order)] - row["truth"]
+
+
+def render(rows, skipped, timing, orders, N, dims, args, t_acc):
+    L = []
+    methods_n = MOMENT_METHODS
+    names = {
+        "legendre": "legendre (paper a)",
+        "legendre_mode": "legendre, a=\"mode\"",
+        "legendre_normalized": "legendre_normalized",
+        "taylor": "taylor (lower bound)",
+        "gamma_paper": "gamma, a=\"paper\"",
+        "gamma": "gamma (a=\"mode\")",
+    }
+    L.append("# Accuracy of the entropy estimators\n")
+    L.append("Generated by `python benchmarks/accuracy.py` "
+             f"({'--quick, ' if args.quick else ''}{len(rows)} mixtures, "
+             f"Monte Carlo truth with {args.mc_per_comp} draws per component; accuracy part {t_acc:.0f} s). "
+             "Errors are estimate minus truth, in nats. Truth: closed form for K=1, SciPy in 1-D, "
+             "dense quadrature in 2-D, long control-variate Monte Carlo beyond (its standard error `se` "
+             "is given; an error smaller than about 3 se is not resolved).\n")
+    L.append("Mixtures: weights softmax(N(0, 0.25)), full covariances with diagonal Cholesky entries in "
+             "[0.6, 1.4] and small correlations, means `sep * N(0, I) / sqrt(2)` for sep in "
+             f"{args.seps}.\n")
+    # headline: default
+    L.append(f"## The default (`legendre`, order {N}) and the frontier estimators, worst |error| per dimension\n")
+    L.append("| d | legendre f64 | legendre f32 | legendre_normalized f64 | legendre_normalized f32 "
+             "| gamma f64 | gamma f32 | worst MC se of truth |")
+    L.append("|---|---|---|---|---|---|---|---|")
+    for d in dims:
+        rs = [r for r in rows if r["d"] == d]
+        if not rs:
+            continue
+        cells = []
+        for m in ("legendre", "legendre_normalized", "gamma"):
+            for dt in ("float64", "float32"):
+                e = [err(r, dt, m, N) for r in rs]
+                i = int(np.argmax(np.abs(e)))
+                cells.append(f"{e[i]:+.3f} (K={rs[i]['K']}, sep={rs[i]['sep']})")
+        L.append(f"| {d} | " + " | ".join(cells) + f" | {max(r['se'] for r in rs):.4f} |")
+    L.append("")
+    # worst error per method, per d, per order (float64 and float32)
+    for dt in ("float64", "float32"):
+        L.append(f"## Worst |error| per method, dimension and order ({dt})\n")
+        L.append("| method | order | " + " | ".join(f"d={d}" for d in dims) + " |")
+        L.append("|---|---|" + "---|" * len(dims))
+        for m in methods_n:
+            for n in orders:
+                cells = []
+                for d in dims:
+                    rs = [r for r in rows if r["d"] == d]
+                    if not rs:
+                        cells.append("-")
+                        continue
+                    e = [err(r, dt, m, n) for r in rs]
+                    cells.append(f"{e[int(np.argmax(np.abs(e)))]:+.3f}")
+                L.append(f"| {names[m]} | {n} | " + " | ".join(cells) + " |")
+        for m in list(CLOSED) + ["monte_carlo"]:
+            cells = []
+            for d in dims:
+                rs = [r for r in rows if r["d"] == d]
+                e = [err(r, dt, m, None) for r in rs] if rs else [np.nan]
+                cells.append(f"{e[int(np.argmax(np.abs(e)))]:+.3f}")
+            label = m if m != "monte_carlo" else "monte_carlo (4096 draws)"
+            L.append(f"| {label} | - | " + " | ".join(cells) + " |")
+        L.append("")
+    # bound checks
+    L.append("## Certified bounds: on their side of the truth?\n")
+    L.append("A violation is counted when a lower bound exceeds the truth (or an upper bound falls "
+             "below it) by more than 3 se of the truth plus 1e-9 (float64) / 1e-4 (float32).\n")
+    L.append("| bound | float64 violations | float32 violations | cases |")
+    L.append("|---|---|---|---|")
+    for dt, tol in (("float64", 1e-9), ("float32", 1e-4)):
+        pass
+    for b in LOWER + UPPER:
+        counts = []
+        for dt, tol in (("float64", 1e-9), ("float32", 1e-4)):
+            c = 0
+            for r in rows:
+                for n in (orders if b == "taylor" else [None]):
+                    e = err(r, dt, b, n)
+                    slack = 3 * r["se"] + tol
+                    c += (e > slack) if b in LOWER else (e < -slack)
+            counts.append(c)
+        nc = len(rows) * (len(orders) if b == "taylor" else 1)
+        L.append(f"| {b}{' (all orders)' if b == 'taylor' else ''} | {counts[0]} | {counts[1]} | {nc} |")
+    L.append("")
+    # bracket width
+    L.append(f"## `entropy_bounds` (order {N}): width of the certified bracket, float64\n")
+    L.append("| d | median width | max width | brackets the truth (within 3 se) |")
+    L.append("|---|---|---|---|")
+    for d in dims:
+        rs = [r for r in rows if r["d"] == d]
+        if not rs:
+            continue
+        lo = [max(r["float64"][(b, N if b == "taylor" else None)] for b in LOWER) for r in rs]
+        hi = [min(r["float64"][(b, None)] for b in UPPER) for r in rs]
+        ok = sum(lo_ <= r["truth"] + 3 * r["se"] + 1e-9 and hi_ >= r["truth"] - 3 * r["se"] - 1e-9
+                 for lo_, hi_, r in zip(lo, hi, rs))
+        wdt = np.subtract(hi, lo)
+        L.append(f"| {d} | {np.median(wdt):.3f} | {wdt.max():.3f} | {ok}/{len(rs)} |")
+    L.append("")
+    # all rows at default order
+    L.append(f"## Every mixture, float64, order {N}\n")
+    hdr = ["d", "K", "sep", "truth", "se", "ln a - ln a_mode"] + [names[m] for m in methods_n] + [
+        "bhatt. lower", "KL upper", "MC(4096)"]
+    L.append("| " + " | ".join(hdr) + " |")
+    L.append("|" + "---|" * len(hdr))
+    for r in rows:
+        f = r["float64"]
+        cells = [str(r["d"]), str(r["K"]), str(r["sep"]), f"{r['truth']:.4f}", f"{r['se']:.4f}",
+                 f"{f[('log_a_gap', None)]:.3f}"]
+        cells += [f"{err(r, 'float64', m, N):+.4f}" for m in methods_n]
+        cells += [f"{err(r, 'float64', m, None):+.4f}" for m in
+                  ("pairwise_bhattacharyya_lower", "pairwise_kl_upper", "monte_carlo")]
+        L.append("| " + " | ".join(cells) + " |")
+    L.append("")
+    if skipped:
+        L.append("Skipped (composition count above --max-compositions): " + ", ".join(
+            f"d={d} K={K} order {n} ({c} compositions)" for d, K, n, c in skipped) + "\n")
+    if timing:
+        L.append(f"## Time per call (float32, jit, order {N}, best of 20, ms) on this machine\n")
+        keys = list(timing[0][2])
+        L.append("| d | K | " + " | ".join(keys) + " | gamma / legendre |")
+        L.append("|---|---|" + "---|" * (len(keys) + 1))
+        for d, K, t in timing:
+            L.append(f"| {d} | {K} | " + " | ".join(f"{1e3 * t[k]:.2f}" for k in keys)
+                     + f" | {t['gamma'] / t['legendre']:.2f} |")
+        L.append("")
+    return "\n".join(L)
+
+
+if __name__ == "__main__":
+    main()
