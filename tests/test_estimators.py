@@ -252,7 +252,7 @@ def test_monte_carlo_z_score(case):
 
 
 ALL = {
-    "legendre": {},
+    "legendre": dict(order=4),
     "taylor": dict(order=4),
     "gamma": dict(order=4),
     "legendre_normalized": dict(order=4),
