@@ -185,25 +185,73 @@ def log_moments(
     alpha = logsumexp(log_weights + half_log_det_prec)
     log_a = alpha - 0.5 * d * LOG_2PI - log_jac
     r = log_weights + half_log_det_prec - alpha  # <= 0
-    mahal = jnp.einsum("ki,ki->k", h, locs)  # mu_i^T Lambda_i mu_i
     if diagonal:
         lam_rows = prec.T  # (d, K)
     else:
         iu, ju = np.triu_indices(d)
         lam_rows = prec[:, iu, ju].T  # (d(d+1)/2, K), row-major upper triangle
-    # Feature rows per component: [r, mu^T Lambda mu, h (d), Lambda entries].
-    feats = jnp.concatenate([r[None], mahal[None], h.T, lam_rows], axis=0)
+    dtype = locs.dtype
 
-    def half_stats(table, feats_half):
-        m = table.astype(locs.dtype)  # (k, C) counts
-        stats = feats_half @ m  # (F, C)
+    def half_stats(table, lo, hi):
+        """Per half composition: ``[sum m_i r_i - sum ln m_i!, within-half spread, non-empty,
+        half mean (d), sum m_i Lambda_i (entries)]`` as a ``(C, F)`` array.
+
+        The spread of a composition, ``Q_m = sum_i m_i (mu_i - mubar)^T Lambda_i (mu_i - mubar)``
+        with ``mubar = Lambda_m^-1 eta_m``, is never formed as
+        ``sum m_i mu_i^T Lambda_i mu_i - eta^T Lambda^-1 eta``: for narrow, far-apart
+        components both terms are in the thousands and float32 lost 0.06 nats to their
+        difference. Instead each half keeps its own spread (a sum of non-negative terms
+        around its own mean) and the pair adds the between-halves term (below).
+        """
+        m = table.astype(dtype)  # (k, C) counts
+        tot = jnp.sum(m, axis=0)
+        nonempty = tot > 0
+        s = r[lo:hi] @ m - jnp.sum(gammaln(m + 1.0), axis=0)
+        eta = h[lo:hi].T @ m  # (d, C)
+        lam = lam_rows[:, lo:hi] @ m  # (P, C)
+        if diagonal:
+            mbar = eta / jnp.where(nonempty, lam, 1.0)  # (d, C)
+            dev = locs[lo:hi].T[:, :, None] - mbar[:, None, :]  # (d, k, C)
+            within = jnp.einsum("kc,dk,dkc->c", m, prec[lo:hi].T, jnp.square(dev))
+        else:
+            lam_full = jnp.einsum("kc,kij->cij", m, prec[lo:hi])
+            lam_full = jnp.where(nonempty[:, None, None], lam_full, jnp.eye(d, dtype=dtype))
+            mbar = jnp.linalg.solve(lam_full, eta.T[..., None])[..., 0].T  # (d, C)
+            dev = locs[lo:hi][None] - mbar.T[:, None, :]  # (C, k, d)
+            within = jnp.einsum("kc,ckd,kde,cke->c", m, dev, prec[lo:hi], dev)
+        mbar = jnp.where(nonempty, mbar, 0.0)
+        stats = jnp.concatenate([s[None], within[None], nonempty[None].astype(dtype), mbar, lam], axis=0)
         # (C, F): rows are gathered whole (a row gather measured ~20x faster than a
         # column gather of the (F, C) layout).
-        return stats.at[0].add(-jnp.sum(gammaln(m + 1.0), axis=0)).T
+        return stats.T
+
+    def log_det_and_spread(ga, gb):
+        """``ln|Lambda_m|`` and ``Q_m`` of a block of pairs (``ga``, ``gb``: ``(F, B)``).
+
+        ``Q_m = S_a + S_b + delta^T (Lambda_a^-1 + Lambda_b^-1)^-1 delta`` with
+        ``delta = mubar_a - mubar_b`` (0 when a half is empty), the Gaussian-product rule.
+        With ``v = Lambda_a delta`` the last term is ``delta^T v - v^T Lambda_m^-1 v``; it is
+        small whenever the term matters, so its cancellation is harmless. Diagonal and
+        ``d = 1``: ``sum_j delta_j^2 la_j lb_j / (la_j + lb_j)``, no cancellation at all.
+        """
+        both = ga[2] * gb[2]
+        delta = (ga[3 : 3 + d] - gb[3 : 3 + d]) * both
+        la, lb = ga[3 + d :], gb[3 + d :]
+        lam = la + lb
+        within = ga[1] + gb[1]
+        if diagonal or d == 1:
+            between = jnp.sum(jnp.square(delta) * la * lb / lam, axis=0)
+            return jnp.sum(jnp.log(lam), axis=0), within + between
+        index = {}
+        for k, (i, j) in enumerate(zip(*np.triu_indices(d))):
+            index[i, j] = index[j, i] = k
+        v = jnp.stack([sum(la[index[i, j]] * delta[j] for j in range(d)) for i in range(d)])
+        log_det, quad = logdet_and_quad_rows(v, lam, d, diagonal)
+        return log_det, within + jnp.maximum(jnp.sum(delta * v, axis=0) - quad, 0.0)
 
     table_a, table_b = _unrank_halves(n_max, K_a, sched.K_b)
-    stats_a = half_stats(table_a, feats[:, :K_a])
-    stats_b = half_stats(table_b, feats[:, K_a:])
+    stats_a = half_stats(table_a, 0, K_a)
+    stats_b = half_stats(table_b, K_a, K)
     bs = sched.block_size
     cells = tuple(
         _as_data(x)
@@ -231,10 +279,9 @@ def log_moments(
             ia = start_a[c] + local // count_b[c]
             ib = start_b[c] + local % count_b[c]
             n = cell_n[c]
-            g = (stats_a[ia] + stats_b[ib]).T  # (F, bs): structure of arrays for the algebra
-            log_det, quad = logdet_and_quad_rows(g[2 : 2 + d], g[2 + d :], d, diagonal)
-            spread = g[1] - quad  # Q_m >= 0
-            terms = log_fact_n[n] + g[0] + alpha - 0.5 * (log_det + spread)
+            ga, gb = stats_a[ia].T, stats_b[ib].T  # (F, bs): structure of arrays for the algebra
+            log_det, spread = log_det_and_spread(ga, gb)
+            terms = log_fact_n[n] + ga[0] + gb[0] + alpha - 0.5 * (log_det + spread)
             return n - n_min, jnp.where(valid, terms, -jnp.inf)
 
         def step(carry, t):
