@@ -256,3 +256,14 @@ def test_narrow_separated_components_float32_accuracy(w, m, S):
         np.testing.assert_allclose(diag, expected, atol=1e-8 if X64 else 1e-3, rtol=0)
         # and the approximation itself is good here (scipy.stats.Mixture)
         assert abs(float(full) - reference.entropy_1d_scipy(w, m[:, 0], L[:, 0, 0])) < 0.02
+
+
+def test_zero_weight_component_is_ignored(rng):
+    """A component with logit -inf (weight 0) gives the entropy of the mixture without it."""
+    logits, locs, covs = random_mixture(rng, 3, 2)
+    tril = np.linalg.cholesky(covs)
+    without = legendre_entropy(*as_f(logits[:2], locs[:2], tril[:2]), order=5)
+    logits_zero = logits.copy()
+    logits_zero[2] = -np.inf
+    with_zero = legendre_entropy(*as_f(logits_zero, locs, tril), order=5)
+    np.testing.assert_allclose(with_zero, without, rtol=1e-10 if X64 else 1e-4)

@@ -185,6 +185,10 @@ def log_moments(
     alpha = logsumexp(log_weights + half_log_det_prec)
     log_a = alpha - 0.5 * d * LOG_2PI - log_jac
     r = log_weights + half_log_det_prec - alpha  # <= 0
+    # A weight of 0 (logit -inf) must contribute exp(-inf) = 0, not 0 * -inf = NaN in the
+    # count-weighted sums below: a large finite negative value does (times n <= 128 it is
+    # still finite in float32, and exp of it is 0).
+    r = jnp.where(jnp.isneginf(r), -1e30, r)
     if diagonal:
         lam_rows = prec.T  # (d, K)
     else:
