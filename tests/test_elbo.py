@@ -227,7 +227,10 @@ def test_hand_written_guide_with_dependent_site_matches_closed_form():
 
 def test_logits_gradient_matches_finite_difference_and_quadrature():
     y = jnp.asarray(Y_SCALE, fdtype())
-    guide = AutoGaussianMixture(scale_model, num_components=2)
+    # Order 4: at order 8 the float32 entropy jitters by ~1e-3 nats between nearby
+    # parameters (the documented float32 accuracy), which a finite difference with
+    # h = 1e-2 turns into gradient errors of ~0.05; order 4 jitters by ~1e-5.
+    guide = AutoGaussianMixture(scale_model, num_components=2, entropy_order=4)
     setup_guide(guide, scale_model, y)
     params = _mixture_params(fdtype())
     keys = jax.random.split(jax.random.PRNGKey(4), 4000)

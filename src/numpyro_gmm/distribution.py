@@ -82,7 +82,7 @@ class GaussianMixture(MixtureSameFamily):
       >>> from numpyro_gmm import GaussianMixture
       >>> gm = GaussianMixture(jnp.array([[-1.0], [1.0]]), scale=jnp.ones((2, 1)))
       >>> round(float(gm.entropy()), 2)
-      1.84
+      1.77
     """
 
     # The parameters live in the two component distributions (the base class's data

@@ -149,7 +149,7 @@ def legendre_entropy(
       >>> h = legendre_entropy(jnp.zeros(2), jnp.array([[-1.0], [1.0]]),
       ...                      scale=jnp.ones((2, 1)))
       >>> round(float(h), 2)
-      1.84
+      1.77
     """
     log_w, locs, scale_tril, scale, ok, dtype = _prepare(logits, locs, scale_tril, scale)
     order = _check_order(order, dtype)
