@@ -83,6 +83,20 @@ def _user_log_a(a, log_w, locs, scale_tril, scale, dtype):
     return jnp.log(jnp.asarray(a, dtype))
 
 
+def _moments(log_w, locs, scale_tril, scale, *, order, a, block_size, dtype):
+    """``(ln a, ln E_p[(p/a)^k] for k = 1..order)`` for the ``a`` option.
+
+    The engine computes the moments for the paper's bound ``a0``; another ``a`` only
+    rescales them: ``E[(p/a)^k] = E[(p/a0)^k] (a0/a)^k``.
+    """
+    block_size = check_int("block_size", block_size, 1)
+    log_a_user = _user_log_a(a, log_w, locs, scale_tril, scale, dtype)
+    log_a, lm = log_moments(log_w, locs, scale_tril, scale, k_max=order, block_size=block_size)
+    if log_a_user is None:
+        return log_a, lm
+    return log_a_user, lm - jnp.arange(1, order + 1, dtype=lm.dtype) * (log_a_user - log_a)
+
+
 def _check_order(order, dtype) -> int:
     order = check_int("order", order, 1)
     if dtype == jnp.float32 and order > FLOAT32_SAFE_ORDER:
@@ -153,12 +167,8 @@ def legendre_entropy(
     """
     log_w, locs, scale_tril, scale, ok, dtype = _prepare(logits, locs, scale_tril, scale)
     order = _check_order(order, dtype)
-    block_size = check_int("block_size", block_size, 1)
-    log_a = _user_log_a(a, log_w, locs, scale_tril, scale, dtype)
-    h = _legendre.legendre_entropy(
-        log_w, locs, scale_tril, scale, order=order, log_a=log_a, block_size=block_size
-    )
-    return jnp.where(ok, h, jnp.nan)
+    log_a, lm = _moments(log_w, locs, scale_tril, scale, order=order, a=a, block_size=block_size, dtype=dtype)
+    return jnp.where(ok, _legendre.legendre_entropy_from_moments(lm, log_a, order), jnp.nan)
 
 
 def taylor_entropy(
@@ -188,8 +198,7 @@ def taylor_entropy(
     """
     log_w, locs, scale_tril, scale, ok, dtype = _prepare(logits, locs, scale_tril, scale)
     order = check_int("order", order, 1)
-    block_size = check_int("block_size", block_size, 1)
-    log_a, lm = log_moments(log_w, locs, scale_tril, scale, k_max=order, block_size=block_size)
+    log_a, lm = _moments(log_w, locs, scale_tril, scale, order=order, a=None, block_size=block_size, dtype=dtype)
     return jnp.where(ok, _taylor.taylor_entropy_from_moments(lm, log_a, order), jnp.nan)
 
 
@@ -230,12 +239,7 @@ def gamma_entropy(
     """
     log_w, locs, scale_tril, scale, ok, dtype = _prepare(logits, locs, scale_tril, scale)
     order = check_int("order", order, 2)
-    block_size = check_int("block_size", block_size, 1)
-    log_a_user = _user_log_a(a, log_w, locs, scale_tril, scale, dtype)
-    log_a, lm = log_moments(log_w, locs, scale_tril, scale, k_max=order, block_size=block_size)
-    if log_a_user is not None:
-        lm = lm - jnp.arange(1, order + 1, dtype=lm.dtype) * (log_a_user - log_a)
-        log_a = log_a_user
+    log_a, lm = _moments(log_w, locs, scale_tril, scale, order=order, a=a, block_size=block_size, dtype=dtype)
     return jnp.where(ok, _frontier.gamma_entropy_from_moments(lm, log_a, order), jnp.nan)
 
 
@@ -270,12 +274,7 @@ def normalized_legendre_entropy(
     """
     log_w, locs, scale_tril, scale, ok, dtype = _prepare(logits, locs, scale_tril, scale)
     order = _check_order(order, dtype)
-    block_size = check_int("block_size", block_size, 1)
-    log_a_user = _user_log_a(a, log_w, locs, scale_tril, scale, dtype)
-    log_a, lm = log_moments(log_w, locs, scale_tril, scale, k_max=order, block_size=block_size)
-    if log_a_user is not None:
-        lm = lm - jnp.arange(1, order + 1, dtype=lm.dtype) * (log_a_user - log_a)
-        log_a = log_a_user
+    log_a, lm = _moments(log_w, locs, scale_tril, scale, order=order, a=a, block_size=block_size, dtype=dtype)
     h = _frontier.normalized_legendre_entropy_from_moments(lm, log_a, order, locs.shape[-1])
     return jnp.where(ok, h, jnp.nan)
 
@@ -409,8 +408,7 @@ def entropy_bounds(
     """
     log_w, locs_, tril_, scale_, ok, dtype = _prepare(logits, locs, scale_tril, scale)
     order = check_int("order", order, 1)
-    block_size = check_int("block_size", block_size, 1)
-    log_a, lm = log_moments(log_w, locs_, tril_, scale_, k_max=order, block_size=block_size)
+    log_a, lm = _moments(log_w, locs_, tril_, scale_, order=order, a=None, block_size=block_size, dtype=dtype)
     lower = jnp.maximum(
         jnp.maximum(
             _bounds.huber_lower(log_w, locs_, tril_, scale_),

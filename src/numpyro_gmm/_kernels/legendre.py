@@ -37,7 +37,6 @@ from math import comb
 
 import jax.numpy as jnp
 import numpy as np
-from .power_integrals import log_moments
 
 Array = jnp.ndarray
 
@@ -68,24 +67,3 @@ def legendre_entropy_from_moments(log_moments: Array, log_a: Array, order: int) 
     w = legendre_log_coefficients(order)
     moments = jnp.exp(log_moments)
     return -log_a - float(w[0]) - jnp.dot(jnp.asarray(w[1:], dtype=moments.dtype), moments)
-
-
-def legendre_entropy(
-    log_weights: Array,
-    locs: Array,
-    scale_tril: Array | None,
-    scale: Array | None,
-    *,
-    order: int,
-    log_a: Array | None = None,
-    block_size: int,
-) -> Array:
-    """Kernel of :func:`numpyro_gmm.legendre_entropy` (no validation, no batching).
-
-    ``log_a`` replaces the paper's bound ``a0``: ``E[(p/a)^k] = E[(p/a0)^k] (a0/a)^k``.
-    """
-    log_a0, lm = log_moments(log_weights, locs, scale_tril, scale, k_max=order, block_size=block_size)
-    if log_a is None:
-        return legendre_entropy_from_moments(lm, log_a0, order)
-    k = jnp.arange(1, order + 1, dtype=lm.dtype)
-    return legendre_entropy_from_moments(lm - k * (log_a - log_a0), log_a, order)
