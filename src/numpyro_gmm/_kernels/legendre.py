@@ -62,8 +62,16 @@ def legendre_log_coefficients(order: int) -> np.ndarray:
     return out
 
 
+def entropy_from_log_series(coefficients: np.ndarray, log_moments: Array, log_a: Array) -> Array:
+    """``-ln a - sum_k c_k E[u^k]`` for a polynomial series ``ln u ~ sum_k c_k u^k``.
+
+    ``coefficients`` are ``c_0..c_N`` (float64, static); ``log_moments[k - 1]`` is
+    ``ln E[u^k]`` (``E[u^0] = 1``).
+    """
+    moments = jnp.exp(log_moments[: len(coefficients) - 1])
+    return -log_a - float(coefficients[0]) - jnp.dot(jnp.asarray(coefficients[1:], dtype=moments.dtype), moments)
+
+
 def legendre_entropy_from_moments(log_moments: Array, log_a: Array, order: int) -> Array:
     """``-ln a - sum_k w_k E[u^k]`` given ``ln E[u^k]`` for ``k = 1..order`` (``E[u^0] = 1``)."""
-    w = legendre_log_coefficients(order)
-    moments = jnp.exp(log_moments)
-    return -log_a - float(w[0]) - jnp.dot(jnp.asarray(w[1:], dtype=moments.dtype), moments)
+    return entropy_from_log_series(legendre_log_coefficients(order), log_moments, log_a)

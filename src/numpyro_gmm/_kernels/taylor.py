@@ -26,6 +26,8 @@ from math import comb
 import jax.numpy as jnp
 import numpy as np
 
+from .legendre import entropy_from_log_series
+
 Array = jnp.ndarray
 
 
@@ -43,6 +45,4 @@ def taylor_log_coefficients(order: int) -> np.ndarray:
 
 def taylor_entropy_from_moments(log_moments: Array, log_a: Array, order: int) -> Array:
     """``H_N`` from ``ln E[u^k]``, ``k = 1..order`` (``log_moments[:order]`` is used)."""
-    t = taylor_log_coefficients(order)
-    moments = jnp.exp(log_moments[:order])
-    return -log_a - float(t[0]) - jnp.dot(jnp.asarray(t[1:], dtype=moments.dtype), moments)
+    return entropy_from_log_series(taylor_log_coefficients(order), log_moments, log_a)
