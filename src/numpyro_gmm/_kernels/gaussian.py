@@ -51,47 +51,13 @@ def information_form(locs: Array, scale_tril: Array | None, scale: Array | None)
     return prec, jnp.einsum("kij,kj->ki", prec, locs), log_det
 
 
-def logdet_and_quad(prec: Array, eta: Array, diagonal: bool):
-    """``(ln|Lambda|, eta^T Lambda^-1 eta)`` for a batch of SPD ``Lambda``.
-
-    ``prec`` is ``(B, d, d)`` or, when ``diagonal``, ``(B, d)``; ``eta`` is ``(B, d)``.
-    """
-    if diagonal:
-        return jnp.sum(jnp.log(prec), -1), jnp.sum(jnp.square(eta) / prec, -1)
-    d = prec.shape[-1]
-    if d > UNROLL_MAX_DIM:
-        chol = jnp.linalg.cholesky(prec)
-        z = solve_triangular(chol, eta[..., None], lower=True)[..., 0]
-        diag = jnp.diagonal(chol, axis1=-2, axis2=-1)
-        return 2.0 * jnp.sum(jnp.log(diag), -1), jnp.sum(jnp.square(z), -1)
-    return _unrolled_logdet_and_quad(prec, eta)
-
-
-def _unrolled_logdet_and_quad(prec: Array, eta: Array):
-    # Cholesky-Banachiewicz on columns of the batch: L[i][j] are arrays of shape (B,).
-    # A non-positive pivot gives sqrt(<0) = NaN, which propagates: never a silent value.
-    d = prec.shape[-1]
-    chol = [[None] * d for _ in range(d)]
-    for j in range(d):
-        s = prec[..., j, j]
-        for k in range(j):
-            s = s - chol[j][k] * chol[j][k]
-        chol[j][j] = jnp.sqrt(s)
-        for i in range(j + 1, d):
-            s = prec[..., i, j]
-            for k in range(j):
-                s = s - chol[i][k] * chol[j][k]
-            chol[i][j] = s / chol[j][j]
-    # Forward substitution z = L^-1 eta, so eta^T Lambda^-1 eta = |z|^2.
-    z = []
-    for i in range(d):
-        s = eta[..., i]
-        for k in range(i):
-            s = s - chol[i][k] * z[k]
-        z.append(s / chol[i][i])
-    log_det = 2.0 * sum(jnp.log(chol[j][j]) for j in range(d))
-    quad = sum(zi * zi for zi in z)
-    return log_det, quad
+def _lapack_logdet_and_quad(prec: Array, eta: Array):
+    """``(ln|Lambda|, eta^T Lambda^-1 eta)`` for a batch ``prec (B, d, d)``, ``eta (B, d)``
+    by batched LAPACK (used beyond :data:`UNROLL_MAX_DIM`)."""
+    chol = jnp.linalg.cholesky(prec)
+    z = solve_triangular(chol, eta[..., None], lower=True)[..., 0]
+    diag = jnp.diagonal(chol, axis1=-2, axis2=-1)
+    return 2.0 * jnp.sum(jnp.log(diag), -1), jnp.sum(jnp.square(z), -1)
 
 
 def logdet_and_quad_rows(eta: Array, lam: Array, d: int, diagonal: bool):
@@ -117,7 +83,7 @@ def logdet_and_quad_rows(eta: Array, lam: Array, d: int, diagonal: bool):
     if d <= UNROLL_MAX_DIM:
         return _unrolled_logdet_and_quad_rows(eta, lam)
     full = jnp.moveaxis(lam[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
-    return logdet_and_quad(full, eta.T, diagonal=False)
+    return _lapack_logdet_and_quad(full, eta.T)
 
 
 def _triu_index(d: int) -> dict:
