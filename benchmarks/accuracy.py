@@ -41,6 +41,7 @@ jax.config.update("jax_enable_x64", True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import reference  # noqa: E402
+from timing import timed  # noqa: E402
 
 import numpyro_gmm.entropy as E  # noqa: E402
 from numpyro_gmm._kernels import bounds as B  # noqa: E402
@@ -161,16 +162,6 @@ def estimates(logits, locs, tril, dtype, orders):
 ORDERS: list = []
 
 
-def time_call(fn, args, repeats=20):
-    jax.block_until_ready(fn(*args))  # compile
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 # ----------------------------------------------------------------------------- main
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -232,7 +223,7 @@ def main():
                         lambda lg, m, t: E.monte_carlo_entropy(lg, m, t, key=jax.random.PRNGKey(0), num_samples=4096)
                     ),
                 }
-                timing.append((d, K, {k: time_call(f, a) for k, f in fns.items()}))
+                timing.append((d, K, {k: timed(f, *a, repeats=20) for k, f in fns.items()}))
     md = render(rows, skipped, timing, orders, default_order, dims, args, t_acc)
     with open(args.out, "w") as f:
         f.write(md)

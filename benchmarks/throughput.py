@@ -31,7 +31,6 @@ import argparse
 import math
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from baseline import all_compositions, log_moments_baseline  # noqa: E402
+from timing import timed  # noqa: E402
 
 from numpyro_gmm._kernels.power_integrals import log_moments  # noqa: E402
 
@@ -61,16 +61,6 @@ def flops_per_composition(kind: str, d: int, K: int) -> float:
     if kind == "baseline":
         return 2 * K * d * d + 2 * K * d + 3 * K + factor
     raise ValueError(kind)
-
-
-def timed(fn, *args, repeats=3):
-    jax.block_until_ready(fn(*args))
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def matmul_gflops(n=1024, repeats=5):
