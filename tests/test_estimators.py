@@ -252,6 +252,8 @@ def test_monte_carlo_z_score(case):
 
 
 ALL = {
+    "auto": dict(order=4, num_points=64),
+    "mixing_qmc": dict(num_points=64),
     "legendre": dict(order=4),
     "taylor": dict(order=4),
     "gamma": dict(order=4),
@@ -331,11 +333,9 @@ def test_diagonal_equals_full(method):
     np.testing.assert_allclose(np.ravel(diag), np.ravel(full), rtol=tol)
 
 
-# The power moments (log_moments in _kernels/power_integrals.py) return NaN when a logit
-# is -inf (0 * -inf in the composition sums), so every moment-based estimator does; that
-# kernel is not this module's. Checked here for the estimators that do not use it.
+# The moment-based estimators' zero-weight case is tested with the engine (test_legendre).
 CLOSED_FORM = ["huber_lower", "huber_upper", "pairwise_bhattacharyya_lower", "pairwise_kl_upper",
-               "moment_matched_upper", "monte_carlo"]
+               "moment_matched_upper", "monte_carlo", "mixing_qmc"]
 
 
 def test_zero_weight_component_is_ignored():

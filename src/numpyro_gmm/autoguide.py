@@ -15,6 +15,7 @@ from numpyro.infer.initialization import init_to_uniform
 
 from ._validation import check_int
 from .distribution import GaussianMixture
+from .entropy import DEFAULT_METHOD
 
 __all__ = ["AutoGaussianMixture"]
 
@@ -99,7 +100,7 @@ class AutoGaussianMixture(AutoContinuous):
         init_scale: float = 0.1,
         init_spread: float | None = None,
         prefix: str = "auto",
-        entropy_method: str = "legendre",
+        entropy_method: str = DEFAULT_METHOD,
         entropy_order: int | None = None,
     ):
         self.num_components = check_int("num_components", num_components, 1)

@@ -24,18 +24,17 @@ from numpyro.distributions import (
     Normal,
 )
 from numpyro.distributions.batch_util import promote_batch_shape, vmap_over
-from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import cholesky_of_inverse
 from numpyro.util import not_jax_tracer
 
-from .entropy import ENTROPY_METHODS, entropy_bounds, mixture_entropy
+from .entropy import DEFAULT_METHOD, ENTROPY_METHODS, entropy_bounds, mixture_entropy
 from ._validation import check_int, float_dtype
 
 __all__ = ["GaussianMixture"]
 
 #: Estimators that take an ``order`` option; a configured ``entropy_order`` is passed
 #: only to these (an order given in the call is always passed).
-ORDERED_METHODS = ("legendre", "taylor")
+ORDERED_METHODS = ("auto", "legendre", "taylor")
 
 _COVARIANCE_ARGS = ("covariance_matrix", "scale_tril", "precision_matrix", "scale")
 
@@ -66,7 +65,8 @@ class GaussianMixture(MixtureSameFamily):
       logits: ``(..., K)`` unnormalised log weights, or
       probs: ``(..., K)`` weights summing to one. At most one; equal weights if neither.
       entropy_method: default estimator of :meth:`entropy`, a key of
-        :data:`numpyro_gmm.ENTROPY_METHODS`.
+        :data:`numpyro_gmm.ENTROPY_METHODS`; ``"auto"`` (:func:`numpyro_gmm.auto_entropy`):
+        the Legendre series in 1-D and 2-D, the mixing rule beyond.
       entropy_order: default ``order`` of :meth:`entropy` for the estimators that take one
         (``None``: the estimator's own default).
       validate_args: check the parameters' values (ignored for traced values). Shapes
@@ -101,7 +101,7 @@ class GaussianMixture(MixtureSameFamily):
         scale=None,
         logits=None,
         probs=None,
-        entropy_method: str = "legendre",
+        entropy_method: str = DEFAULT_METHOD,
         entropy_order: int | None = None,
         validate_args: bool | None = None,
     ):

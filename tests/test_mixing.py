@@ -1,0 +1,188 @@
+"""The mixing-split estimator (``mixing_qmc_entropy``) and the default (``auto_entropy``)
+against independent references, in this pass's dtype (float32, or float64 with
+``JAX_ENABLE_X64=1``).
+
+Truths: ``scipy.stats.Mixture(...).entropy()`` in 1-D, a dense 2-D trapezoid grid, a long
+control-variate Monte Carlo run in NumPy/SciPy beyond (``reference.entropy_monte_carlo``;
+the tolerance adds 4 of its standard errors), and closed forms (one Gaussian; components
+so far apart that ``H = sum_i w_i H_i + H(w)``).
+"""
+
+import math
+import warnings
+from functools import lru_cache
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import reference
+from conftest import X64, ftype
+from numpyro_gmm import (
+    LEGENDRE_ACCURATE_MAX_DIM,
+    LEGENDRE_DEFAULT_MAX_DIM,
+    auto_entropy,
+    legendre_entropy,
+    mixing_qmc_entropy,
+    mixture_entropy,
+)
+from numpyro_gmm._kernels.mixing import normal_points
+
+LOG_2PIE = math.log(2 * math.pi * math.e)
+
+
+def _random_mixture(d, K, sep, seed):
+    """Weights softmax(N(0, 0.25)), Cholesky factors with diagonal U(0.6, 1.4) and small
+    correlations, means ``sep * N(0, I) / sqrt(2)`` (the accuracy map's family)."""
+    rng = np.random.default_rng(seed)
+    w = np.exp(0.5 * rng.normal(size=K))
+    w /= w.sum()
+    tril = np.tril(rng.normal(size=(K, d, d)) * 0.3 / math.sqrt(d), -1)
+    tril += np.einsum("ki,ij->kij", rng.uniform(0.6, 1.4, size=(K, d)), np.eye(d))
+    locs = sep * rng.normal(size=(K, d)) / math.sqrt(2.0)
+    return w, locs, tril
+
+
+@lru_cache(maxsize=None)
+def _mc_truth(d, K, sep, seed):
+    w, locs, tril = _random_mixture(d, K, sep, seed)
+    return reference.entropy_monte_carlo(w, locs, tril @ np.swapaxes(tril, -1, -2), 2**14, seed + 1)
+
+
+_mixing = jax.jit(mixing_qmc_entropy, static_argnames="num_points")
+
+
+def _as_f(*arrays):
+    return [jnp.asarray(a, ftype()) for a in arrays]
+
+
+@pytest.mark.parametrize(
+    "w,m,s",
+    [
+        ([0.5, 0.5], [-1.0, 1.0], [1.0, 1.0]),
+        ([0.2, 0.8], [0.0, 3.0], [0.5, 1.5]),
+        ([0.25, 0.25, 0.25, 0.25], [-3.0, -1.0, 1.0, 3.0], [0.6, 0.6, 0.6, 0.6]),
+        ([0.1, 0.6, 0.3], [0.0, 0.3, 5.0], [0.05, 1.0, 2.0]),
+    ],
+)
+def test_one_dimension_against_scipy(w, m, s):
+    truth = reference.entropy_1d_scipy(w, m, s)  # scipy.stats.Mixture(...).entropy()
+    lg, loc, sc = _as_f(np.log(w), np.array(m)[:, None], np.array(s)[:, None])
+    # measured |error| <= 6e-4 on these cases (the Legendre default: up to 0.03)
+    assert abs(float(_mixing(lg, loc, None, scale=sc)) - truth) < 2e-3
+
+
+def test_two_dimensions_against_quadrature():
+    w, locs, tril = _random_mixture(2, 4, 1.5, 7)
+    covs = tril @ np.swapaxes(tril, -1, -2)
+    truth = reference.entropy_2d_quadrature(w, locs, covs)  # dense trapezoid grid
+    got = float(_mixing(*_as_f(np.log(w), locs, tril)))
+    assert abs(got - truth) < 2e-3
+
+
+@pytest.mark.parametrize("d,K,sep", [(5, 4, 1.5), (10, 8, 0.5), (20, 4, 0.5), (20, 8, 1.5)])
+def test_high_dimension_against_long_monte_carlo(d, K, sep):
+    """The frontier: within 0.02 nats (+ 4 se of the truth) where the Legendre series is off
+    by 0.3 to 7 nats (docs/accuracy.md)."""
+    seed = 100 * d + K
+    w, locs, tril = _random_mixture(d, K, sep, seed)
+    truth, se = _mc_truth(d, K, sep, seed)
+    got = float(_mixing(*_as_f(np.log(w), locs, tril)))
+    assert abs(got - truth) < 0.02 + 4 * se
+
+
+@pytest.mark.parametrize("d", [1, 7, 30])
+def test_one_gaussian_is_exact(d):
+    rng = np.random.default_rng(d)
+    tril = np.tril(rng.normal(size=(d, d)) * 0.2, -1) + np.diag(rng.uniform(0.5, 1.5, d))
+    truth = 0.5 * d * LOG_2PIE + float(np.sum(np.log(np.diag(tril))))  # closed form
+    got = _mixing(*_as_f(np.zeros(1), rng.normal(size=(1, d)), tril[None]))
+    np.testing.assert_allclose(got, truth, rtol=1e-12 if X64 else 1e-6)
+
+
+def test_far_apart_components_reach_the_closed_form_limit():
+    """Components 200 sd apart: ``r`` is one-hot wherever a component has mass, so
+    ``H = sum_i w_i H_i + H(w)`` (the Huber upper bound) to rounding."""
+    w = np.array([0.2, 0.5, 0.3])
+    sd = np.array([[1.0, 0.5, 2.0], [0.7, 0.7, 0.7], [1.5, 1.0, 0.3]])
+    locs = np.array([[0.0, 0.0, 0.0], [400.0, 0.0, 0.0], [0.0, -400.0, 0.0]])
+    truth = float(np.sum(w * (0.5 * 3 * LOG_2PIE + np.sum(np.log(sd), 1))) - np.sum(w * np.log(w)))
+    got = _mixing(*_as_f(np.log(w), locs), None, scale=jnp.asarray(sd, ftype()))
+    np.testing.assert_allclose(got, truth, rtol=1e-12 if X64 else 1e-6)
+
+
+def test_diagonal_path_equals_full_path():
+    w, locs, tril = _random_mixture(6, 3, 1.0, 11)
+    sd = np.abs(np.diagonal(tril, axis1=1, axis2=2))
+    full = _mixing(*_as_f(np.log(w), locs, sd[:, :, None] * np.eye(6)))
+    diag = _mixing(*_as_f(np.log(w), locs), None, scale=jnp.asarray(sd, ftype()))
+    np.testing.assert_allclose(diag, full, rtol=1e-12 if X64 else 1e-6)
+
+
+def test_gradient_matches_quadrature_finite_differences():
+    """d H / d(mean, sd, logit) of a 1-D mixture: autodiff of the estimator against central
+    differences of the SciPy entropy (float64, independent of the package)."""
+    w, m, s = np.array([0.3, 0.7]), np.array([-0.5, 1.2]), np.array([0.8, 1.1])
+
+    def truth(theta):
+        lg, mm, ss = theta[:2], theta[2:4], theta[4:]
+        ww = np.exp(lg - np.logaddexp.reduce(lg))
+        return reference.entropy_1d_scipy(ww, mm, ss)
+
+    theta = np.concatenate([np.log(w), m, s])
+    eps = 1e-4
+    fd = np.array([(truth(theta + eps * e) - truth(theta - eps * e)) / (2 * eps) for e in np.eye(6)])
+    f = ftype()
+    grad = jax.grad(
+        lambda t: mixing_qmc_entropy(t[:2], t[2:4, None], scale=t[4:, None])
+    )(jnp.asarray(theta, f))
+    np.testing.assert_allclose(np.asarray(grad), fd, atol=2e-3)
+
+
+@pytest.mark.skipif(not X64, reason="finite differences need float64")
+def test_check_grads_full_covariance():
+    w, locs, tril = _random_mixture(3, 3, 1.0, 5)
+    check_grads(lambda lg, m, t: mixing_qmc_entropy(lg, m, t, num_points=128),
+                (jnp.log(jnp.asarray(w)), jnp.asarray(locs), jnp.asarray(tril)), order=1, modes=("rev",))
+
+
+def test_points_are_deterministic_standard_normal_and_finite():
+    z = normal_points(4096, 5)
+    assert z is normal_points(4096, 5) and not z.flags.writeable
+    assert np.isfinite(z).all() and np.abs(z).max() < 6.0
+    # moments of N(0, I): i.i.d. draws at n=4096 would be off by ~0.016 (mean) and
+    # ~0.022 (covariance) per entry; the Sobol' set is ten times closer (measured 1e-4 / 1e-3)
+    np.testing.assert_allclose(z.mean(0), 0.0, atol=2e-3)
+    np.testing.assert_allclose(np.cov(z.T), np.eye(5), atol=5e-3)
+    # extensible: the first points do not depend on how many are asked for
+    np.testing.assert_array_equal(normal_points(256, 5), z[:256])
+
+
+@pytest.mark.parametrize("bad", [0, 3, 1000])
+def test_bad_num_points_raises(bad):
+    with pytest.raises(ValueError, match="num_points"):
+        mixing_qmc_entropy(np.zeros(2), np.zeros((2, 1)), scale=np.ones((2, 1)), num_points=bad)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5])
+def test_auto_dispatches_on_dimension(d):
+    w, locs, tril = _random_mixture(d, 3, 1.0, 3)
+    args = _as_f(np.log(w), locs, tril)
+    got = auto_entropy(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # legendre_entropy at d > 3 warns (tested below)
+        want = legendre_entropy(*args) if d <= LEGENDRE_DEFAULT_MAX_DIM else mixing_qmc_entropy(*args)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(mixture_entropy(*args), got)  # the default method
+
+
+def test_legendre_warns_beyond_its_accurate_dimension():
+    d = LEGENDRE_ACCURATE_MAX_DIM + 1
+    args = _as_f(np.zeros(2), np.zeros((2, d)), np.ones((2, d)))
+    with pytest.warns(UserWarning, match=f"d={d} dimensions"):
+        legendre_entropy(args[0], args[1], scale=args[2], order=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        legendre_entropy(args[0], args[1][:, :-1], scale=args[2][:, :-1], order=2)
