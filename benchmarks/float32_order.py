@@ -10,7 +10,6 @@ Run: python benchmarks/float32_order.py [--max-order 14]
 """
 
 import argparse
-import math
 import os
 import sys
 
