@@ -60,17 +60,19 @@ def _lapack_logdet_and_quad(prec: Array, eta: Array):
     return 2.0 * jnp.sum(jnp.log(diag), -1), jnp.sum(jnp.square(z), -1)
 
 
-def logdet_and_quad_rows(eta: Array, lam: Array, d: int, diagonal: bool):
+def logdet_and_quad_rows(eta, lam, d: int, diagonal: bool):
     """``(ln|Lambda|, eta^T Lambda^-1 eta)`` for a batch stored as rows (structure of arrays).
 
-    ``eta`` is ``(d, B)``; ``lam`` is ``(d, B)`` (``diagonal``: the diagonal of ``Lambda``) or
-    ``(d(d+1)/2, B)``, the upper triangle of ``Lambda`` in row-major order
-    (``numpy.triu_indices(d)``). Closed forms for ``d <= 2``, an unrolled Cholesky up to
-    :data:`UNROLL_MAX_DIM`, batched LAPACK beyond. A non-positive-definite ``Lambda``
-    gives NaN, never a silent value.
+    ``eta`` holds ``d`` rows; ``lam`` holds ``d`` rows (``diagonal``: the diagonal of ``Lambda``)
+    or ``d(d+1)/2`` rows, the upper triangle of ``Lambda`` in row-major order
+    (``numpy.triu_indices(d)``). Each is a ``(rows, B)`` array or a sequence of ``(B,)`` rows;
+    a sequence is better under reverse mode (the derivative of one row sliced out of a
+    stacked array is a pad of the whole array). Closed forms for ``d <= 2``, an unrolled
+    Cholesky up to :data:`UNROLL_MAX_DIM`, batched LAPACK beyond. A non-positive-definite
+    ``Lambda`` gives NaN, never a silent value.
     """
     if diagonal:
-        return jnp.sum(jnp.log(lam), 0), jnp.sum(jnp.square(eta) / lam, 0)
+        return sum(jnp.log(lam[i]) for i in range(d)), sum(jnp.square(eta[i]) / lam[i] for i in range(d))
     if d == 1:
         return jnp.log(lam[0]), jnp.square(eta[0]) / lam[0]
     if d == 2:
@@ -80,10 +82,45 @@ def logdet_and_quad_rows(eta: Array, lam: Array, d: int, diagonal: bool):
         e0, e1 = eta[0], eta[1]
         return jnp.log(det), (c * e0 * e0 - 2.0 * b * e0 * e1 + a * e1 * e1) / det
     index = _triu_index(d)
+    n_tri = d * (d + 1) // 2
     if d <= UNROLL_MAX_DIM:
-        return _unrolled_logdet_and_quad_rows(eta, lam)
+        return _unrolled_logdet_and_quad_rows([eta[i] for i in range(d)], [lam[k] for k in range(n_tri)])
+    lam = jnp.stack([lam[k] for k in range(n_tri)])
+    eta = jnp.stack([eta[i] for i in range(d)])
     full = jnp.moveaxis(lam[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
     return _lapack_logdet_and_quad(full, eta.T)
+
+
+def solve_rows(eta: Array, lam: Array, d: int) -> Array:
+    """``Lambda^-1 eta`` for a batch stored as rows: ``eta`` ``(d, B)``, ``lam`` ``(d(d+1)/2, B)``
+    (upper triangle, row-major). ``(d, B)`` result.
+
+    Closed forms for ``d <= 2``, the unrolled Cholesky with back substitution up to
+    :data:`UNROLL_MAX_DIM` (elementwise over the batch, differentiable by plain automatic
+    differentiation), batched LAPACK Cholesky beyond. Cholesky rather than LU: ``Lambda`` is
+    symmetric positive definite, and two batched LAPACK LU solves running at the same time
+    were seen to deadlock the CPU runtime (jaxlib 0.10.2, large batches).
+    """
+    if d == 1:
+        return eta / lam
+    if d == 2:
+        a, b, c = lam[0], lam[1], lam[2]
+        det = a * c - b * b
+        return jnp.stack([(c * eta[0] - b * eta[1]) / det, (a * eta[1] - b * eta[0]) / det])
+    index = _triu_index(d)
+    if d <= UNROLL_MAX_DIM:
+        _, _, chol, z = _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
+        x = [None] * d
+        for i in reversed(range(d)):
+            s = z[i]
+            for k in range(i + 1, d):
+                s = s - chol[k][i] * x[k]
+            x[i] = s / chol[i][i]
+        return jnp.stack(x)
+    full = jnp.moveaxis(lam[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
+    chol = jnp.linalg.cholesky(full)
+    y = solve_triangular(chol, eta.T[..., None], lower=True)
+    return solve_triangular(chol, y, lower=True, trans=1)[..., 0].T
 
 
 def _triu_index(d: int) -> dict:
@@ -94,15 +131,15 @@ def _triu_index(d: int) -> dict:
 
 
 @jax.custom_jvp
-def _unrolled_logdet_and_quad_rows(eta: Array, lam: Array):
-    """Unrolled Cholesky on rows; its derivative is given in closed form (below).
+def _unrolled_logdet_and_quad_rows(eta: list, lam: list):
+    """Unrolled Cholesky on rows (lists of ``(B,)`` arrays); derivative in closed form (below).
 
     ``d ln|L| = tr(L^-1 dL)`` and ``d(e^T L^-1 e) = 2 x^T de - x^T dL x`` with
     ``x = L^-1 e``: cheaper to differentiate than the unrolled factorisation itself
     (automatic differentiation of the unrolled graph made the gradient about 10x the
     forward time at ``d = 4``).
     """
-    d = eta.shape[0]
+    d = len(eta)
     index = _triu_index(d)
     log_det, quad, _, _ = _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
     return log_det, quad
@@ -112,7 +149,7 @@ def _unrolled_logdet_and_quad_rows(eta: Array, lam: Array):
 def _unrolled_jvp(primals, tangents):
     eta, lam = primals
     d_eta, d_lam = tangents
-    d = eta.shape[0]
+    d = len(eta)
     index = _triu_index(d)
     log_det, quad, chol, z = _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
     # x = L^-T z (back substitution), and W = chol^-1 (lower) so Lambda^-1 = W^T W.

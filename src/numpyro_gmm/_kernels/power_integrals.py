@@ -74,7 +74,7 @@ from jax.scipy.special import gammaln
 from jax.sharding import PartitionSpec
 
 from ..compositions import pair_schedule, unrank_tables
-from .gaussian import LOG_2PI, information_form, logdet_and_quad_rows
+from .gaussian import LOG_2PI, _triu_index, information_form, logdet_and_quad_rows, solve_rows
 
 Array = jnp.ndarray
 
@@ -194,9 +194,33 @@ def log_moments(
     else:
         iu, ju = np.triu_indices(d)
         lam_rows = prec[:, iu, ju].T  # (d(d+1)/2, K), row-major upper triangle
+        eye_rows = (iu == ju).astype(np.float64)
     dtype = locs.dtype
 
-    def half_stats(table, lo, hi):
+    def half_sums(table, lo, hi):
+        """Per half composition (columns): counts, ``sum m_i r_i - sum ln m_i!``, non-empty,
+        ``eta = sum m_i h_i`` ``(d, C)`` and ``sum m_i Lambda_i`` ``(P, C)``."""
+        m = table.astype(dtype)  # (k, C) counts
+        nonempty = jnp.sum(m, axis=0) > 0
+        s = r[lo:hi] @ m - jnp.sum(gammaln(m + 1.0), axis=0)
+        return m, s, nonempty, h[lo:hi].T @ m, lam_rows[:, lo:hi] @ m
+
+    def half_means(halves):
+        """``mubar = Lambda^-1 eta`` of every half composition of both halves, in one solve
+        (one batched call: two LAPACK calls running at once were seen to deadlock)."""
+        eta = jnp.concatenate([x[3] for x in halves], axis=1)
+        lam = jnp.concatenate([x[4] for x in halves], axis=1)
+        nonempty = jnp.concatenate([x[2] for x in halves])
+        if diagonal:
+            mbar = eta / jnp.where(nonempty, lam, 1.0)
+        else:
+            # Empty compositions (total 0) get Lambda = I, then mbar = 0.
+            mbar = solve_rows(eta, jnp.where(nonempty, lam, jnp.asarray(eye_rows, dtype)[:, None]), d)
+        mbar = jnp.where(nonempty, mbar, 0.0)
+        split = halves[0][0].shape[1]
+        return mbar[:, :split], mbar[:, split:]
+
+    def half_stats(sums, mbar, lo, hi):
         """Per half composition: ``[sum m_i r_i - sum ln m_i!, within-half spread, non-empty,
         half mean (d), sum m_i Lambda_i (entries)]`` as a ``(C, F)`` array.
 
@@ -205,32 +229,29 @@ def log_moments(
         ``sum m_i mu_i^T Lambda_i mu_i - eta^T Lambda^-1 eta``: for narrow, far-apart
         components both terms are in the thousands and float32 lost 0.06 nats to their
         difference. Instead each half keeps its own spread (a sum of non-negative terms
-        around its own mean) and the pair adds the between-halves term (below).
+        around its own mean, computed elementwise over ``(k, C)``) and the pair adds the
+        between-halves term (below).
         """
-        m = table.astype(dtype)  # (k, C) counts
-        tot = jnp.sum(m, axis=0)
-        nonempty = tot > 0
-        s = r[lo:hi] @ m - jnp.sum(gammaln(m + 1.0), axis=0)
-        eta = h[lo:hi].T @ m  # (d, C)
-        lam = lam_rows[:, lo:hi] @ m  # (P, C)
+        m, s, nonempty, _, lam = sums
+        dev = locs[lo:hi].T[:, :, None] - mbar[:, None, :]  # (d, k, C)
         if diagonal:
-            mbar = eta / jnp.where(nonempty, lam, 1.0)  # (d, C)
-            dev = locs[lo:hi].T[:, :, None] - mbar[:, None, :]  # (d, k, C)
-            within = jnp.einsum("kc,dk,dkc->c", m, prec[lo:hi].T, jnp.square(dev))
+            q = sum(prec[lo:hi, i][:, None] * jnp.square(dev[i]) for i in range(d))  # (k, C)
         else:
-            lam_full = jnp.einsum("kc,kij->cij", m, prec[lo:hi])
-            lam_full = jnp.where(nonempty[:, None, None], lam_full, jnp.eye(d, dtype=dtype))
-            mbar = jnp.linalg.solve(lam_full, eta.T[..., None])[..., 0].T  # (d, C)
-            dev = locs[lo:hi][None] - mbar.T[:, None, :]  # (C, k, d)
-            within = jnp.einsum("kc,ckd,kde,cke->c", m, dev, prec[lo:hi], dev)
-        mbar = jnp.where(nonempty, mbar, 0.0)
+            q = 0.0
+            for i in range(d):
+                inner = prec[lo:hi, i, i][:, None] * dev[i]
+                for j in range(i + 1, d):
+                    inner = inner + 2.0 * prec[lo:hi, i, j][:, None] * dev[j]
+                q = q + dev[i] * inner
+        within = jnp.sum(m * q, axis=0)
         stats = jnp.concatenate([s[None], within[None], nonempty[None].astype(dtype), mbar, lam], axis=0)
         # (C, F): rows are gathered whole (a row gather measured ~20x faster than a
         # column gather of the (F, C) layout).
         return stats.T
 
     def log_det_and_spread(ga, gb):
-        """``ln|Lambda_m|`` and ``Q_m`` of a block of pairs (``ga``, ``gb``: ``(F, B)``).
+        """``ln|Lambda_m|`` and ``Q_m`` of a block of pairs (``ga``, ``gb``: lists of ``F``
+        rows of shape ``(B,)``, one per feature).
 
         ``Q_m = S_a + S_b + delta^T (Lambda_a^-1 + Lambda_b^-1)^-1 delta`` with
         ``delta = mubar_a - mubar_b`` (0 when a half is empty), the Gaussian-product rule.
@@ -239,24 +260,25 @@ def log_moments(
         ``d = 1``: ``sum_j delta_j^2 la_j lb_j / (la_j + lb_j)``, no cancellation at all.
         """
         both = ga[2] * gb[2]
-        delta = (ga[3 : 3 + d] - gb[3 : 3 + d]) * both
+        delta = [(ga[3 + j] - gb[3 + j]) * both for j in range(d)]
         la, lb = ga[3 + d :], gb[3 + d :]
-        lam = la + lb
+        lam = [x + y for x, y in zip(la, lb)]
         within = ga[1] + gb[1]
         if diagonal or d == 1:
-            between = jnp.sum(jnp.square(delta) * la * lb / lam, axis=0)
-            return jnp.sum(jnp.log(lam), axis=0), within + between
-        index = {}
-        for k, (i, j) in enumerate(zip(*np.triu_indices(d))):
-            index[i, j] = index[j, i] = k
-        v = jnp.stack([sum(la[index[i, j]] * delta[j] for j in range(d)) for i in range(d)])
+            between = sum(jnp.square(delta[j]) * (la[j] * lb[j] / lam[j]) for j in range(d))
+            return sum(jnp.log(x) for x in lam), within + between
+        index = _triu_index(d)
+        v = [sum(la[index[i, j]] * delta[j] for j in range(d)) for i in range(d)]
         log_det, quad = logdet_and_quad_rows(v, lam, d, diagonal)
-        return log_det, within + jnp.maximum(jnp.sum(delta * v, axis=0) - quad, 0.0)
+        return log_det, within + jnp.maximum(sum(delta[i] * v[i] for i in range(d)) - quad, 0.0)
 
     table_a, table_b = _unrank_halves(n_max, K_a, sched.K_b)
-    stats_a = half_stats(table_a, 0, K_a)
-    stats_b = half_stats(table_b, K_a, K)
+    sums_a, sums_b = half_sums(table_a, 0, K_a), half_sums(table_b, K_a, K)
+    mbar_a, mbar_b = half_means((sums_a, sums_b))
+    stats_a = half_stats(sums_a, mbar_a, 0, K_a)
+    stats_b = half_stats(sums_b, mbar_b, K_a, K)
     bs = sched.block_size
+    n_feat = stats_a.shape[1]
     cells = tuple(
         _as_data(x)
         for x in (
@@ -283,7 +305,11 @@ def log_moments(
             ia = start_a[c] + local // count_b[c]
             ib = start_b[c] + local % count_b[c]
             n = cell_n[c]
-            ga, gb = stats_a[ia].T, stats_b[ib].T  # (F, bs): structure of arrays for the algebra
+            # Structure of arrays for the algebra: one list of F rows (bs,) per half, cut by
+            # one split (its reverse mode is one concatenate, not one pad per row).
+            ga, gb = (
+                [jnp.squeeze(x, 0) for x in jnp.split(g.T, n_feat, axis=0)] for g in (stats_a[ia], stats_b[ib])
+            )
             log_det, spread = log_det_and_spread(ga, gb)
             terms = log_fact_n[n] + ga[0] + gb[0] + alpha - 0.5 * (log_det + spread)
             return n - n_min, jnp.where(valid, terms, -jnp.inf)
