@@ -230,7 +230,11 @@ def main():
                     ),
                 }
                 timing.append((d, K, {k: timed(f, *a, repeats=20) for k, f in fns.items()}))
+    figure = os.path.join(os.path.dirname(os.path.abspath(args.out)), "images", "accuracy.png")
+    plot(rows, dims, default_order, figure)
     md = render(rows, skipped, timing, orders, default_order, dims, args, t_acc)
+    md = md.replace("\n## Worst |error| per method", "\n![Worst error per dimension](images/accuracy.png)\n\n"
+                    "## Worst |error| per method", 1)
     write_between_markers(args.out, md)
     print(md)
     print(f"wrote {os.path.relpath(args.out)} in {time.perf_counter() - t_start:.0f} s")
@@ -247,6 +251,41 @@ def write_between_markers(path, md, name="accuracy"):
         text += f"{begin}\n{md}\n{end}\n"
     with open(path, "w") as f:
         f.write(text)
+
+
+PLOTTED = [("auto", None, "auto (default)", "k", "-"),
+           ("legendre", "N", "legendre", "C0", "--"),
+           ("mixing_qmc", "M", "mixing_qmc", "C2", "-."),
+           ("legendre_normalized", "N", "legendre_normalized", "C1", ":"),
+           ("gamma", "N", "gamma", "C3", ":")]
+
+
+def plot(rows, dims, N, path):
+    """Worst |error| per dimension of the default and the approximations, float64 and
+    float32, on a log scale with the 0.05-nat goal; saved to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, dt in zip(axes, ("float64", "float32")):
+        for m, n, label, color, ls in PLOTTED:
+            order = {"N": N, "M": E.DEFAULT_NUM_POINTS}.get(n, n)
+            worst = [max(abs(err(r, dt, m, order)) for r in rows if r["d"] == d) for d in dims]
+            ax.plot(dims, np.maximum(worst, 1e-5), ls, color=color, marker="o", label=label)
+        se = [max(r["se"] for r in rows if r["d"] == d) for d in dims]
+        ax.plot(dims, np.maximum(se, 1e-5), color="0.6", lw=1, label="largest se of the truth")
+        ax.axhline(0.05, color="r", lw=0.8, ls="--", label="0.05 nats")
+        ax.set(xscale="log", yscale="log", xlabel="dimension d", title=f"{dt} (order {N})", xticks=dims)
+        ax.set_xticklabels([str(d) for d in dims])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    axes[0].set_ylabel("worst |error| over the mixtures (nats)")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def err(row, dt, method, order):
