@@ -42,8 +42,20 @@ def information_form(locs: Array, scale_tril: Array | None, scale: Array | None)
         prec = 1.0 / jnp.square(scale)
         return prec, prec * locs, 2.0 * jnp.sum(jnp.log(scale), axis=-1)
     d = locs.shape[-1]
-    eye = jnp.broadcast_to(jnp.eye(d, dtype=locs.dtype), scale_tril.shape)
-    l_inv = solve_triangular(scale_tril, eye, lower=True)  # L^-1
+    if d <= UNROLL_MAX_DIM:
+        # L^-1 by unrolled forward substitution: no LAPACK call (jaxlib 0.10.2's batched
+        # triangular-solve kernels deadlocked when two ran at once on a 2-core machine).
+        inv = [[None] * d for _ in range(d)]
+        for j in range(d):
+            inv[j][j] = 1.0 / scale_tril[..., j, j]
+            for i in range(j + 1, d):
+                acc = sum(scale_tril[..., i, k] * inv[k][j] for k in range(j, i))
+                inv[i][j] = -acc / scale_tril[..., i, i]
+        zero = jnp.zeros_like(scale_tril[..., 0, 0])
+        l_inv = jnp.stack([jnp.stack([inv[i][j] if j <= i else zero for j in range(d)], -1) for i in range(d)], -2)
+    else:
+        eye = jnp.broadcast_to(jnp.eye(d, dtype=locs.dtype), scale_tril.shape)
+        l_inv = solve_triangular(scale_tril, eye, lower=True)  # L^-1
     prec = jnp.swapaxes(l_inv, -1, -2) @ l_inv  # Sigma^-1 = L^-T L^-1
     # Symmetrise: the two triangles come out of the product with different rounding.
     prec = 0.5 * (prec + jnp.swapaxes(prec, -1, -2))
