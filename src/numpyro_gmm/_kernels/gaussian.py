@@ -122,13 +122,7 @@ def solve_rows(eta: Array, lam: Array, d: int) -> Array:
     index = _triu_index(d)
     if d <= UNROLL_MAX_DIM:
         _, _, chol, z = _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
-        x = [None] * d
-        for i in reversed(range(d)):
-            s = z[i]
-            for k in range(i + 1, d):
-                s = s - chol[k][i] * x[k]
-            x[i] = s / chol[i][i]
-        return jnp.stack(x)
+        return jnp.stack(_back_substitute(chol, z, d))
     full = jnp.moveaxis(lam[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
     chol = jnp.linalg.cholesky(full)
     y = solve_triangular(chol, eta.T[..., None], lower=True)
@@ -165,12 +159,7 @@ def _unrolled_jvp(primals, tangents):
     index = _triu_index(d)
     log_det, quad, chol, z = _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
     # x = L^-T z (back substitution), and W = chol^-1 (lower) so Lambda^-1 = W^T W.
-    x = [None] * d
-    for i in reversed(range(d)):
-        s = z[i]
-        for k in range(i + 1, d):
-            s = s - chol[k][i] * x[k]
-        x[i] = s / chol[i][i]
+    x = _back_substitute(chol, z, d)
     w = [[None] * d for _ in range(d)]
     for j in range(d):
         w[j][j] = 1.0 / chol[j][j]
@@ -189,6 +178,17 @@ def _unrolled_jvp(primals, tangents):
     for i in range(d):
         d_quad = d_quad + 2.0 * x[i] * d_eta[i]
     return (log_det, quad), (d_log_det, d_quad)
+
+
+def _back_substitute(chol, z, d):
+    """``x = L^-T z`` on rows: ``chol[i][j]`` (lower factor) and ``z[i]`` are ``(B,)`` arrays."""
+    x = [None] * d
+    for i in reversed(range(d)):
+        s = z[i]
+        for k in range(i + 1, d):
+            s = s - chol[k][i] * x[k]
+        x[i] = s / chol[i][i]
+    return x
 
 
 def _unrolled_rows(entry, eta, d):
