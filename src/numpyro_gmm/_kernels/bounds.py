@@ -59,10 +59,16 @@ def _logdet_quad(cov: Array, diff: Array):
     return log_det, jnp.sum(jnp.square(z), -1)
 
 
+def log_abs_det(scale_tril: Array | None, scale: Array | None) -> Array:
+    """``ln|L_i| = 1/2 ln|Sigma_i|`` from Cholesky factors or diagonal standard deviations,
+    shape ``(K,)``."""
+    factor = scale if scale is not None else jnp.diagonal(scale_tril, axis1=-2, axis2=-1)
+    return jnp.sum(jnp.log(jnp.abs(factor)), -1)
+
+
 def component_entropies(scale_tril: Array | None, scale: Array | None, d: int) -> Array:
     """``H_i = 1/2 (d ln(2 pi e) + ln|Sigma_i|)``, shape ``(K,)``."""
-    factor = scale if scale is not None else jnp.diagonal(scale_tril, axis1=-2, axis2=-1)
-    return 0.5 * d * (LOG_2PI + 1.0) + jnp.sum(jnp.log(jnp.abs(factor)), -1)
+    return 0.5 * d * (LOG_2PI + 1.0) + log_abs_det(scale_tril, scale)
 
 
 def _pairs(locs: Array, cov: Array):

@@ -53,7 +53,7 @@ from jax.scipy.linalg import solve_triangular
 from scipy.special import ndtri
 from scipy.stats import qmc
 
-from .bounds import component_entropies
+from .bounds import component_entropies, log_abs_det
 
 Array = jnp.ndarray
 
@@ -79,12 +79,11 @@ def normal_points(num_points: int, d: int) -> np.ndarray:
 
 def _entropy_of_responsibilities(log_joint: Array, finite: Array) -> Array:
     """``H(softmax(l)) = LSE(l) - sum_j r_j l_j`` over the last axis; entries with
-    ``finite == False`` (zero weight, ``l = -inf``) have ``r_j = 0`` and are left out of the
-    sum without a ``0 * inf`` in the value or the gradient."""
+    ``finite == False`` (zero weight, ``l = -inf``) have ``r_j = 0`` and enter the sum as
+    ``0 * 0`` instead of ``0 * inf``, in the value and the gradient."""
     lse = jax.nn.logsumexp(log_joint, axis=-1, keepdims=True)
     r = jnp.exp(log_joint - lse)
-    safe = jnp.where(finite, log_joint, 0.0)
-    return lse[..., 0] - jnp.sum(jnp.where(finite, r * safe, 0.0), axis=-1)
+    return lse[..., 0] - jnp.sum(r * jnp.where(finite, log_joint, 0.0), axis=-1)
 
 
 def mixing_qmc_entropy(
@@ -105,7 +104,6 @@ def mixing_qmc_entropy(
     w = jnp.exp(log_weights)
 
     if scale is not None:
-        log_det = jnp.sum(jnp.log(jnp.abs(scale)), -1)  # (K,)
         inv = 1.0 / scale
 
         def point_z(args):  # (M, K, d): standardised x - mu_j for x = mu_i + s_i z_m
@@ -114,7 +112,6 @@ def mixing_qmc_entropy(
 
         xs = (locs_c, scale)
     else:
-        log_det = jnp.sum(jnp.log(jnp.abs(jnp.diagonal(scale_tril, axis1=-2, axis2=-1))), -1)
         eye = jnp.broadcast_to(jnp.eye(d, dtype=dtype), scale_tril.shape)
         l_inv = solve_triangular(scale_tril, eye, lower=True)  # (K, d, d)
 
@@ -125,7 +122,8 @@ def mixing_qmc_entropy(
 
         xs = (locs_c, scale_tril)
 
-    log_c = log_weights - log_det  # ln w_j - ln|L_j|; the common -d/2 ln 2pi cancels in r
+    # ln w_j - ln|L_j|; the common -d/2 ln 2pi cancels in r
+    log_c = log_weights - log_abs_det(scale_tril, scale)
 
     @jax.checkpoint
     def mixing_term(args):  # E_{N_i}[H(r(X))] by the fixed Sobol' rule
@@ -135,5 +133,5 @@ def mixing_qmc_entropy(
 
     mix = lax.map(mixing_term, xs)  # (K,)
     h_gauss = component_entropies(scale_tril, scale, d)
-    h_w = -jnp.sum(jnp.where(finite, w * jnp.where(finite, log_weights, 0.0), 0.0))
+    h_w = -jnp.sum(w * jnp.where(finite, log_weights, 0.0))  # w = 0 where not finite
     return jnp.sum(w * (h_gauss - mix)) + h_w

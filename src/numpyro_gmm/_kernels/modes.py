@@ -23,7 +23,7 @@ from jax import lax
 from jax.nn import logsumexp, softmax
 from jax.scipy.linalg import solve_triangular
 
-from .bounds import dense_tril
+from .bounds import dense_tril, log_abs_det
 
 Array = jnp.ndarray
 
@@ -38,8 +38,7 @@ def component_log_densities(x: Array, log_weights: Array, locs: Array, tril: Arr
     eye = jnp.broadcast_to(jnp.eye(d, dtype=tril.dtype), tril.shape)
     l_inv = solve_triangular(tril, eye, lower=True)  # (K, d, d)
     z = jnp.einsum("kij,skj->ski", l_inv, x[:, None, :] - locs[None, :, :])
-    log_det = jnp.sum(jnp.log(jnp.abs(jnp.diagonal(tril, axis1=-2, axis2=-1))), -1)
-    return log_weights - log_det - 0.5 * (d * LOG_2PI + jnp.sum(jnp.square(z), -1))
+    return log_weights - log_abs_det(tril, None) - 0.5 * (d * LOG_2PI + jnp.sum(jnp.square(z), -1))
 
 
 def mixture_log_density(x, log_weights, locs, tril) -> Array:

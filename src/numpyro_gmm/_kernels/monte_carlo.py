@@ -24,7 +24,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .bounds import dense_tril
+from .bounds import dense_tril, log_abs_det
 from .modes import LOG_2PI, mixture_log_density
 
 Array = jnp.ndarray
@@ -40,7 +40,7 @@ def monte_carlo_entropy(log_weights, locs, scale_tril, scale, *, key, num_sample
     z = jax.random.normal(key, (K, per, d), dtype=locs.dtype)
     x = locs_c[:, None, :] + jnp.einsum("kij,ksj->ksi", tril, z)
     lp = mixture_log_density(x.reshape(K * per, d), log_weights, locs_c, tril).reshape(K, per)
-    log_det = jnp.sum(jnp.log(jnp.abs(jnp.diagonal(tril, axis1=-2, axis2=-1))), -1)  # (K,)
+    log_det = log_abs_det(tril, None)  # (K,)
     log_own = -0.5 * (d * LOG_2PI + jnp.sum(jnp.square(z), -1)) - log_det[:, None]  # ln N_i(x_is)
     lp = lp - log_own
     w = jnp.exp(log_weights)
