@@ -62,18 +62,7 @@ LOG_2PI = math.log(2 * math.pi)
 
 
 # ----------------------------------------------------------------------------- mixtures
-def make_mixture(d, K, sep, seed):
-    """Weights ~ softmax(N(0, 0.5^2)); Cholesky factors with diagonal U(0.6, 1.4) and
-    off-diagonal N(0, 0.3^2 / d); means sep * g_i / sqrt(2) with g_i ~ N(0, I_d), so that
-    neighbouring components are about ``sep`` standard deviations apart along each axis."""
-    rng = np.random.default_rng(seed)
-    logits = 0.5 * rng.normal(size=K)
-    tril = np.tril(rng.normal(size=(K, d, d)) * 0.3 / math.sqrt(d), -1)
-    tril += np.einsum("ki,ij->kij", rng.uniform(0.6, 1.4, size=(K, d)), np.eye(d))
-    locs = sep * rng.normal(size=(K, d)) / math.sqrt(2.0)
-    if K == 1:
-        locs[:] = 0.0
-    return logits, locs, tril
+make_mixture = reference.random_mixture  # the accuracy map's family
 
 
 def truth(logits, locs, tril, mc_per_comp, seed):

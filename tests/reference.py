@@ -134,3 +134,19 @@ def entropy_monte_carlo(weights, locs, covs, draws_per_component=2**15, seed=0):
         est += w * (h_i - g.mean())
         var += w**2 * g.var(ddof=1) / draws_per_component
     return float(est), float(math.sqrt(var))
+
+
+def random_mixture(d, K, sep, seed):
+    """``(logits, locs, scale_tril)`` of the accuracy map's family (benchmarks/accuracy.py).
+
+    Weights ~ softmax(N(0, 0.5^2)); Cholesky factors with diagonal U(0.6, 1.4) and
+    off-diagonal N(0, 0.3^2 / d); means sep * g_i / sqrt(2) with g_i ~ N(0, I_d), so that
+    neighbouring components are about ``sep`` standard deviations apart along each axis."""
+    rng = np.random.default_rng(seed)
+    logits = 0.5 * rng.normal(size=K)
+    tril = np.tril(rng.normal(size=(K, d, d)) * 0.3 / math.sqrt(d), -1)
+    tril += np.einsum("ki,ij->kij", rng.uniform(0.6, 1.4, size=(K, d)), np.eye(d))
+    locs = sep * rng.normal(size=(K, d)) / math.sqrt(2.0)
+    if K == 1:
+        locs[:] = 0.0
+    return logits, locs, tril

@@ -153,28 +153,29 @@ def test_taylor_bound_rises_with_order(case):
     assert vals[-1] <= truth
 
 
-@pytest.mark.parametrize("d", [1, 3, 12])
-def test_gamma_is_exact_for_one_gaussian(d):
-    """t = -ln(p/max p) ~ Gamma(d/2, 1) exactly for one Gaussian; closed-form entropy."""
+def _one_gaussian(d):
+    """``((logits, locs), scale, closed-form entropy)`` of one diagonal Gaussian in ``d``-D."""
     rng = np.random.default_rng(d)
     sd = rng.uniform(0.5, 2.0, (1, d))
     truth = 0.5 * d * math.log(2 * math.pi * math.e) + float(np.sum(np.log(sd)))
     f = ftype()
-    args = (jnp.zeros(1, f), jnp.asarray(rng.normal(size=(1, d)), f))
+    return (jnp.zeros(1, f), jnp.asarray(rng.normal(size=(1, d)), f)), jnp.asarray(sd, f), truth
+
+
+@pytest.mark.parametrize("d", [1, 3, 12])
+def test_gamma_is_exact_for_one_gaussian(d):
+    """t = -ln(p/max p) ~ Gamma(d/2, 1) exactly for one Gaussian; closed-form entropy."""
+    args, sd, truth = _one_gaussian(d)
     fn = jax.jit(lambda a, s: [gamma_entropy(*a, scale=s, order=6, a=x) for x in ("paper", "mode")])
-    for got in fn(args, jnp.asarray(sd, f)):
+    for got in fn(args, sd):
         np.testing.assert_allclose(got, truth, atol=1e-8 if X64 else 2e-4 * d)
 
 
 @pytest.mark.parametrize("d", [1, 3, 12])
 def test_normalized_legendre_is_exact_for_one_gaussian(d):
     """M(k) = 1 for one Gaussian and the polynomial vanishes at v = 1; closed-form entropy."""
-    rng = np.random.default_rng(d)
-    sd = rng.uniform(0.5, 2.0, (1, d))
-    truth = 0.5 * d * math.log(2 * math.pi * math.e) + float(np.sum(np.log(sd)))
-    f = ftype()
-    args = (jnp.zeros(1, f), jnp.asarray(rng.normal(size=(1, d)), f))
-    got = normalized_legendre_entropy(*args, scale=jnp.asarray(sd, f), order=6)
+    args, sd, truth = _one_gaussian(d)
+    got = normalized_legendre_entropy(*args, scale=sd, order=6)
     np.testing.assert_allclose(got, truth, atol=1e-8 if X64 else 1e-3)
 
 

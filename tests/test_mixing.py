@@ -34,15 +34,9 @@ LOG_2PIE = math.log(2 * math.pi * math.e)
 
 
 def _random_mixture(d, K, sep, seed):
-    """Weights softmax(N(0, 0.25)), Cholesky factors with diagonal U(0.6, 1.4) and small
-    correlations, means ``sep * N(0, I) / sqrt(2)`` (the accuracy map's family)."""
-    rng = np.random.default_rng(seed)
-    w = np.exp(0.5 * rng.normal(size=K))
-    w /= w.sum()
-    tril = np.tril(rng.normal(size=(K, d, d)) * 0.3 / math.sqrt(d), -1)
-    tril += np.einsum("ki,ij->kij", rng.uniform(0.6, 1.4, size=(K, d)), np.eye(d))
-    locs = sep * rng.normal(size=(K, d)) / math.sqrt(2.0)
-    return w, locs, tril
+    """``(weights, locs, scale_tril)`` of the accuracy map's family (``K >= 2``)."""
+    logits, locs, tril = reference.random_mixture(d, K, sep, seed)
+    return np.exp(logits) / np.exp(logits).sum(), locs, tril
 
 
 @lru_cache(maxsize=None)
