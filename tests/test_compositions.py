@@ -32,18 +32,23 @@ def test_compositions_up_to_offsets():
     assert (np.diff(sums) >= 0).all()
 
 
-@pytest.mark.parametrize("K,n_max,block", [(1, 5, 4), (2, 4, 3), (3, 6, 8), (5, 5, 16), (7, 4, 1024)])
+@pytest.mark.parametrize("K,n_max,block", [(1, 5, 4), (2, 4, 3), (3, 6, 8), (5, 5, 16), (7, 4, 1024), (16, 4, 4096)])
 def test_pair_schedule_visits_every_composition_once(K, n_max, block):
-    """Decode every block as the kernel does and compare with the itertools enumeration."""
+    """Decode every tile as the kernel does and compare with the itertools enumeration."""
     s = pair_schedule(2, n_max, K, block)
+    assert s.block_size <= block and s.tile_short * s.tile_long * s.tiles_per_block == s.block_size
+    joint = s.joint.astype(int)
     seen = []
-    for t in range(s.num_blocks):
-        c = np.searchsorted(s.cell_first_block[1:], t, side="right")
-        local = (t - s.cell_first_block[c]) * s.block_size + np.arange(s.block_size)
-        local = local[local < s.cell_count[c]]
-        ia = s.cell_start_a[c] + local // s.cell_count_b[c]
-        ib = s.cell_start_b[c] + local % s.cell_count_b[c]
-        comps = np.concatenate([s.half_a[ia], s.half_b[ib]], axis=1).astype(int)
+    for t in range(s.num_blocks * s.tiles_per_block):
+        if t >= s.num_tiles:
+            continue
+        c = np.searchsorted(s.cell_first_tile[1:], t, side="right")
+        i, j = divmod(t - s.cell_first_tile[c], s.cell_tiles_long[c])
+        short = i * s.tile_short + np.arange(s.tile_short)
+        long = j * s.tile_long + np.arange(s.tile_long)
+        short = s.cell_start_short[c] + short[short < s.cell_count_short[c]]
+        long = s.cell_start_long[c] + long[long < s.cell_count_long[c]]
+        comps = (joint[short][:, None, :] + joint[long][None, :, :]).reshape(-1, K)
         assert (comps.sum(1) == s.cell_n[c]).all()
         seen.extend(map(tuple, comps.tolist()))
     expected = [tuple(m) for n in range(2, n_max + 1) for m in itertools_compositions(n, K).tolist()]

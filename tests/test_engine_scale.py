@@ -115,3 +115,42 @@ def test_solve_rows_matches_numpy(rng, d):
     expected = np.linalg.solve(lam, eta[..., None])[..., 0].T
     tol = dict(rtol=1e-10, atol=1e-12) if X64 else dict(rtol=2e-4, atol=2e-5)
     np.testing.assert_allclose(np.asarray(got), expected, **tol)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 6])
+def test_inverse_rows_matches_numpy(rng, d):
+    """``Lambda^-1`` on rows (closed forms, unrolled Cholesky, LAPACK), used by the engine's
+    reverse mode, against ``numpy.linalg.inv`` in float64 (independent); broadcast shapes."""
+    from numpyro_gmm._kernels.gaussian import inverse_rows
+
+    A = rng.normal(size=(3, 5, d, d))
+    lam = A @ np.swapaxes(A, -1, -2) + d * np.eye(d)
+    iu, ju = np.triu_indices(d)
+    rows = [jnp.asarray(lam[..., i, j], ftype()) for i, j in zip(iu, ju)]
+    got = np.stack([np.asarray(x) for x in inverse_rows(rows, d)], -1)
+    expected = np.linalg.inv(lam)[..., iu, ju]
+    tol = dict(rtol=1e-10, atol=1e-12) if X64 else dict(rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(got, expected, **tol)
+
+
+@pytest.mark.parametrize("d,diagonal", [(2, False), (3, True)])
+def test_embedded_and_unranked_half_tables_agree(rng, monkeypatch, d, diagonal):
+    """The two sources of the half tables (program constants for small problems, device
+    unranking beyond ``EMBED_MAX_ENTRIES``) give the same moments and gradients."""
+    from numpyro_gmm._kernels import power_integrals as pi
+
+    log_w, locs, tril = mixture(rng, 7, d)
+    factor = jnp.exp(0.3 * jnp.asarray(rng.normal(size=(7, d)), ftype())) if diagonal else tril
+
+    def f(lw, m, t):
+        args = (lw, m, None, t) if diagonal else (lw, m, t)
+        log_a, lm = pi.log_moments(*args, k_max=4, block_size=64)
+        return log_a + jnp.sum(jnp.exp(lm) * jnp.arange(1.0, 5.0, dtype=lm.dtype))
+
+    embedded = jax.value_and_grad(f, argnums=(0, 1, 2))(log_w, locs, factor)
+    monkeypatch.setattr(pi, "EMBED_MAX_ENTRIES", 0)
+    unranked = jax.value_and_grad(f, argnums=(0, 1, 2))(log_w, locs, factor)
+    tol = dict(rtol=1e-12, atol=1e-12) if X64 else dict(rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(embedded[0], unranked[0], **tol)
+    for a, b in zip(embedded[1], unranked[1]):
+        np.testing.assert_allclose(a, b, **tol)

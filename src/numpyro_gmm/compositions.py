@@ -103,13 +103,20 @@ def weak_compositions(n: int, K: int) -> np.ndarray:
 
 
 class PairSchedule(NamedTuple):
-    """How the compositions of ``n = n_min..n_max`` into ``K`` parts are walked in blocks.
+    """How the compositions of ``n = n_min..n_max`` into ``K`` parts are walked in tiles.
 
     ``K`` components are split into halves of ``K_a = ceil(K/2)`` and ``K_b = K - K_a``
     parts. A *cell* ``(n, s)`` holds the ``count_a[s] * count_b[n - s]`` compositions whose
-    first half sums to ``s``; its pairs are numbered row-major (first half slow). Each
-    cell is padded to whole blocks of ``block_size``, so every block lies in one cell and
-    hence has one total ``n``.
+    first half sums to ``s``: every row of total ``s`` of the first half table paired with
+    every row of total ``n - s`` of the second. The evaluation is symmetric in the two
+    halves, so each cell is described by its *short* side (the half with fewer rows) and its
+    *long* side, as row ranges of the *joint* table (``half_a`` rows, then ``half_b`` rows).
+
+    A cell is cut into dense *tiles* of ``tile_short x tile_long`` pairs (padded at its
+    edges), tile ``(i, j)`` pairing short rows ``i tile_short ..`` with long rows
+    ``j tile_long ..``; a tile lies in one cell and hence has one total ``n``. A block is
+    ``tiles_per_block`` consecutive tiles (``block_size`` pair slots). A tile costs
+    ``tile_short + tile_long`` row gathers for ``tile_short * tile_long`` pairs.
 
     All arrays are small (one entry per cell, at most ``(n_max + 1)^2 / 2`` of them). The
     half tables themselves are not built here (the engine unranks them on the device,
@@ -123,12 +130,17 @@ class PairSchedule(NamedTuple):
     rows_a: int  # C(n_max + K_a, K_a): rows of the first half table (totals 0..n_max)
     rows_b: int
     cell_n: np.ndarray  # (cells,) int32: the total n of each cell
-    cell_start_a: np.ndarray  # (cells,) int32: first row of half_a in the cell
-    cell_start_b: np.ndarray  # (cells,) int32: first row of half_b in the cell
-    cell_count_b: np.ndarray  # (cells,) int32: rows of half_b in the cell
-    cell_count: np.ndarray  # (cells,) int32: compositions in the cell
-    cell_first_block: np.ndarray  # (cells + 1,) int32: cumulative block counts
-    block_size: int
+    cell_start_short: np.ndarray  # (cells,) int32: first joint-table row of the short side
+    cell_start_long: np.ndarray  # (cells,) int32: first joint-table row of the long side
+    cell_count_short: np.ndarray  # (cells,) int32: rows of the short side
+    cell_count_long: np.ndarray  # (cells,) int32: rows of the long side
+    cell_tiles_long: np.ndarray  # (cells,) int32: tiles along the long side
+    cell_first_tile: np.ndarray  # (cells + 1,) int32: cumulative tile counts
+    tile_short: int
+    tile_long: int
+    tiles_per_block: int
+    block_size: int  # tiles_per_block * tile_short * tile_long pair slots
+    num_tiles: int
     num_blocks: int
     num_compositions: int
 
@@ -141,6 +153,16 @@ class PairSchedule(NamedTuple):
     def half_b(self) -> np.ndarray:
         """``(rows_b, K_b)`` int8: compositions of totals ``0..n_max`` into ``K_b`` parts."""
         return compositions_up_to(self.n_max, self.K_b)[0]
+
+    @property
+    def joint(self) -> np.ndarray:
+        """``(rows_a + rows_b, K)`` int8: ``half_a`` rows padded with ``K_b`` zero parts on the
+        right, then ``half_b`` rows padded with ``K_a`` zeros on the left; a pair's
+        composition is the sum of its two joint rows."""
+        a, b = self.half_a, self.half_b
+        return np.concatenate(
+            [np.pad(a, ((0, 0), (0, self.K_b))), np.pad(b, ((0, 0), (self.K_a, 0)))]
+        )
 
 
 def _offsets(n_max: int, K: int) -> np.ndarray:
@@ -189,15 +211,30 @@ def unrank_table(n_max: int, K: int) -> np.ndarray:
     return out
 
 
+# Candidate tile shapes and the cost model that picks one: a tile of S x L pairs costs its
+# S * L pair slots (padding included) plus S + L row gathers, each measured at about 0.6
+# of a pair's arithmetic on the CPU (d = 1, float32).
+_TILE_SHORT = (1, 2, 4, 8, 16)
+_TILE_LONG = tuple(2**k for k in range(13))
+_GATHER_COST = 0.6
+
+
+def _tile_cost(short: np.ndarray, long: np.ndarray, ts: int, tl: int) -> float:
+    tiles = (-(-short // ts)) * (-(-long // tl))
+    return float(np.sum(tiles * (ts * tl + _GATHER_COST * (ts + tl))))
+
+
 @lru_cache(maxsize=64)
 def pair_schedule(n_min: int, n_max: int, K: int, block_size: int) -> PairSchedule:
-    """The cell list and block layout for all compositions of ``n_min..n_max`` into ``K`` parts.
+    """The cell list and tile layout for all compositions of ``n_min..n_max`` into ``K`` parts.
 
-    The block size actually used is ``min(block_size, next power of two >= largest cell)``,
-    so that small problems are not padded to a large block.
+    The tile shape is the candidate (short side 1..16, long side 1..4096, powers of two, at
+    most ``block_size`` pairs) of least modelled cost over the cells; a block holds as many
+    tiles as fit in ``block_size`` pair slots, and no more than there are tiles, so small
+    problems are not padded to a large block.
 
-    Raises ``ValueError`` when one cell holds more compositions than an ``int32`` can
-    index (about 2.1e9: a problem far too large to evaluate anyway).
+    Raises ``ValueError`` when the half tables hold more rows than an ``int32`` can index
+    (about 2.1e9: a problem far too large to evaluate anyway).
     """
     if K < 1:
         raise ValueError(f"K must be >= 1, got {K}")
@@ -208,46 +245,50 @@ def pair_schedule(n_min: int, n_max: int, K: int, block_size: int) -> PairSchedu
     K_a = (K + 1) // 2
     K_b = K - K_a
     # Sizes first (closed forms), so that an impossible request fails before allocating.
-    cnt_a = np.array([num_compositions(s, K_a) for s in range(n_max + 1)], dtype=object)
-    cnt_b = np.array([num_compositions(s, K_b) for s in range(n_max + 1)], dtype=object)
-    cells = [
-        (n, s)
-        for n in range(n_min, n_max + 1)
-        for s in range(n + 1)
-        if cnt_a[s] > 0 and cnt_b[n - s] > 0
-    ]
+    rows_a, rows_b = num_compositions(n_max, K_a + 1), num_compositions(n_max, K_b + 1)
+    if rows_a + rows_b + block_size > _INT32_MAX:
+        total = sum(num_compositions(n, K) for n in range(n_min, n_max + 1))
+        raise ValueError(
+            f"K={K} with powers up to {n_max} has half tables of {rows_a + rows_b:.3g} rows "
+            f"({total:.3g} compositions in all), more than int32 can index; lower the order"
+        )
+    off_a, off_b = _offsets(n_max, K_a), _offsets(n_max, K_b)
+    cells = [(n, s) for n in range(n_min, n_max + 1) for s in range(n + 1) if off_b[n - s + 1] > off_b[n - s]]
     n_arr = np.array([c[0] for c in cells], dtype=np.int64)
     s_arr = np.array([c[1] for c in cells], dtype=np.int64)
-    count = cnt_a[s_arr] * cnt_b[n_arr - s_arr]
-    biggest = int(count.max())
-    if biggest + block_size > _INT32_MAX:
-        raise ValueError(
-            f"K={K} with powers up to {n_max} has cells of {biggest:.3g} compositions "
-            f"({sum(num_compositions(n, K) for n in range(n_min, n_max + 1)):.3g} in all), "
-            "more than int32 can index; lower the order"
-        )
-    count = count.astype(np.int64)
-    off_a, off_b = _offsets(n_max, K_a), _offsets(n_max, K_b)
-    bs = int(min(block_size, 1 << max(biggest - 1, 0).bit_length()))
-    blocks = -(-count // bs)
-    first_block = np.concatenate([[0], np.cumsum(blocks)])
-    if first_block[-1] > _INT32_MAX:
-        raise ValueError(f"too many blocks ({first_block[-1]}); raise block_size")
+    count_a, count_b = np.diff(off_a)[s_arr], np.diff(off_b)[n_arr - s_arr]
+    start_a, start_b = off_a[s_arr], rows_a + off_b[n_arr - s_arr]
+    a_short = count_a <= count_b
+    short, long = np.where(a_short, count_a, count_b), np.where(a_short, count_b, count_a)
+    shapes = [(ts, tl) for ts in _TILE_SHORT for tl in _TILE_LONG if ts <= tl and ts * tl <= block_size] or [(1, 1)]
+    ts, tl = min(shapes, key=lambda st: (_tile_cost(short, long, *st), -st[0] * st[1]))
+    tiles_long = -(-long // tl)
+    first_tile = np.concatenate([[0], np.cumsum(-(-short // ts) * tiles_long)])
+    num_tiles = int(first_tile[-1])
+    per_block = max(1, min(block_size // (ts * tl), num_tiles))
+    num_blocks = -(-num_tiles // per_block)
+    if num_blocks * per_block > _INT32_MAX:
+        raise ValueError(f"too many tiles ({num_tiles}) for int32; raise block_size")
     i32 = lambda a: _readonly(np.asarray(a, dtype=np.int32))  # noqa: E731
     return PairSchedule(
         K=K,
         n_max=n_max,
         K_a=K_a,
         K_b=K_b,
-        rows_a=int(off_a[-1]),
-        rows_b=int(off_b[-1]),
+        rows_a=rows_a,
+        rows_b=rows_b,
         cell_n=i32(n_arr),
-        cell_start_a=i32(off_a[s_arr]),
-        cell_start_b=i32(off_b[n_arr - s_arr]),
-        cell_count_b=i32(np.diff(off_b)[n_arr - s_arr]),
-        cell_count=i32(count),
-        cell_first_block=i32(first_block),
-        block_size=bs,
-        num_blocks=int(first_block[-1]),
-        num_compositions=int(count.sum()),
+        cell_start_short=i32(np.where(a_short, start_a, start_b)),
+        cell_start_long=i32(np.where(a_short, start_b, start_a)),
+        cell_count_short=i32(short),
+        cell_count_long=i32(long),
+        cell_tiles_long=i32(tiles_long),
+        cell_first_tile=i32(first_tile),
+        tile_short=ts,
+        tile_long=tl,
+        tiles_per_block=per_block,
+        block_size=per_block * ts * tl,
+        num_tiles=num_tiles,
+        num_blocks=num_blocks,
+        num_compositions=int(np.sum(count_a * count_b)),
     )

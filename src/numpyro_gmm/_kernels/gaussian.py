@@ -97,10 +97,14 @@ def logdet_and_quad_rows(eta, lam, d: int, diagonal: bool):
     n_tri = d * (d + 1) // 2
     if d <= UNROLL_MAX_DIM:
         return _unrolled_logdet_and_quad_rows([eta[i] for i in range(d)], [lam[k] for k in range(n_tri)])
-    lam = jnp.stack([lam[k] for k in range(n_tri)])
-    eta = jnp.stack([eta[i] for i in range(d)])
+    # LAPACK wants one flat batch: broadcast the rows to their common shape and flatten.
+    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in [*eta[:d], *lam[:n_tri]]))
+    flat = lambda x: jnp.broadcast_to(x, shape).reshape(-1)  # noqa: E731
+    lam = jnp.stack([flat(lam[k]) for k in range(n_tri)])
+    eta = jnp.stack([flat(eta[i]) for i in range(d)])
     full = jnp.moveaxis(lam[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
-    return _lapack_logdet_and_quad(full, eta.T)
+    log_det, quad = _lapack_logdet_and_quad(full, eta.T)
+    return log_det.reshape(shape), quad.reshape(shape)
 
 
 def solve_rows(eta: Array, lam: Array, d: int) -> Array:
@@ -160,6 +164,22 @@ def _unrolled_jvp(primals, tangents):
     log_det, quad, chol, z = _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
     # x = L^-T z (back substitution), and W = chol^-1 (lower) so Lambda^-1 = W^T W.
     x = _back_substitute(chol, z, d)
+    inv = _inverse_from_chol(chol, d)
+    d_log_det = 0.0
+    d_quad = 0.0
+    for (i, j), k in sorted((key, k) for key, k in index.items() if key[0] <= key[1]):
+        inv_ij = inv[k]
+        factor = 1.0 if i == j else 2.0  # off-diagonal entries appear twice in Lambda
+        d_log_det = d_log_det + factor * inv_ij * d_lam[k]
+        d_quad = d_quad - factor * x[i] * x[j] * d_lam[k]
+    for i in range(d):
+        d_quad = d_quad + 2.0 * x[i] * d_eta[i]
+    return (log_det, quad), (d_log_det, d_quad)
+
+
+def _inverse_from_chol(chol, d):
+    """Upper triangle (row-major, ``numpy.triu_indices(d)``) of ``Lambda^-1 = W^T W`` with
+    ``W = L^-1``, from the unrolled factor ``chol[i][j]`` (arrays)."""
     w = [[None] * d for _ in range(d)]
     for j in range(d):
         w[j][j] = 1.0 / chol[j][j]
@@ -168,16 +188,31 @@ def _unrolled_jvp(primals, tangents):
             for k in range(j + 1, i):
                 s = s + chol[i][k] * w[k][j]
             w[i][j] = -s / chol[i][i]
-    d_log_det = 0.0
-    d_quad = 0.0
-    for (i, j), k in sorted((key, k) for key, k in index.items() if key[0] <= key[1]):
-        inv_ij = sum(w[m][i] * w[m][j] for m in range(j, d))  # (W^T W)_ij, i <= j
-        factor = 1.0 if i == j else 2.0  # off-diagonal entries appear twice in Lambda
-        d_log_det = d_log_det + factor * inv_ij * d_lam[k]
-        d_quad = d_quad - factor * x[i] * x[j] * d_lam[k]
-    for i in range(d):
-        d_quad = d_quad + 2.0 * x[i] * d_eta[i]
-    return (log_det, quad), (d_log_det, d_quad)
+    return [sum(w[m][i] * w[m][j] for m in range(j, d)) for i, j in zip(*np.triu_indices(d))]
+
+
+def inverse_rows(lam, d: int) -> list:
+    """``Lambda^-1`` for a batch stored as rows: ``lam`` holds the ``d(d+1)/2`` upper-triangle
+    rows (row-major, any broadcastable shapes); returns the same layout. Closed forms for
+    ``d <= 2``, the unrolled Cholesky up to :data:`UNROLL_MAX_DIM`, batched LAPACK beyond."""
+    if d == 1:
+        return [1.0 / lam[0]]
+    if d == 2:
+        a, b, c = lam[0], lam[1], lam[2]
+        det = a * c - b * b
+        return [c / det, -b / det, a / det]
+    index = _triu_index(d)
+    if d <= UNROLL_MAX_DIM:
+        _, _, chol, _ = _unrolled_rows(lambda i, j: lam[index[i, j]], [lam[0]] * d, d)
+        return _inverse_from_chol(chol, d)
+    n_tri = d * (d + 1) // 2
+    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in lam[:n_tri]))
+    flat = jnp.stack([jnp.broadcast_to(lam[k], shape).reshape(-1) for k in range(n_tri)])
+    full = jnp.moveaxis(flat[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
+    chol = jnp.linalg.cholesky(full)
+    w = solve_triangular(chol, jnp.broadcast_to(jnp.eye(d, dtype=full.dtype), full.shape), lower=True)
+    inv = jnp.swapaxes(w, -1, -2) @ w
+    return [inv[:, i, j].reshape(shape) for i, j in zip(*np.triu_indices(d))]
 
 
 def _back_substitute(chol, z, d):

@@ -37,20 +37,26 @@ each log-term near one ulp of a number of order one.
 **Compositions are data, not program.** The traced graph has the same size for every
 ``K`` and ``n``; only array shapes change. The components are split into two halves and
 every composition is a pair of half compositions
-(:func:`numpyro_gmm.compositions.pair_schedule`). The half tables are not embedded in the
-program: each is *unranked* on the device from its row index and a table of
-``K (n+1)^2`` prefix counts (:func:`numpyro_gmm.compositions.unrank_tables`), so no array
-whose size grows with the number of compositions is ever a constant of the computation
-(large constants are what made compile time grow: 6.4 s at ``K = 32``, order 10, with a
-13-million-row table embedded). The half sums ``sum m_i r_i``, ``sum m_i mu_i^T Lambda_i
-mu_i``, ``sum m_i h_i`` and the upper triangle of ``sum m_i Lambda_i`` are one matrix
-product per half, stored feature-major (*structure of arrays*, ``(F, C)``), so each pair
-costs two column gathers, one add, and a ``d x d`` log-determinant and quadratic form on
-rows of the block instead of ``O(K d^2)`` work: closed forms for ``d = 1, 2``, an unrolled
-Cholesky up to :data:`~numpyro_gmm._kernels.gaussian.UNROLL_MAX_DIM`, batched LAPACK
-beyond. A diagonal covariance needs no factorisation at all (``O(d)`` per pair).
+(:func:`numpyro_gmm.compositions.pair_schedule`). Small half tables (at most
+:data:`EMBED_MAX_ENTRIES` entries) are int8 constants of the program; larger ones are
+*unranked* on the device from their row index and a table of ``K (n+1)^2`` prefix counts
+(:func:`numpyro_gmm.compositions.unrank_tables`), so no large array is ever a constant of the
+computation (large constants are what made compile time grow: 6.4 s at ``K = 32``, order
+10, with a 13-million-row table embedded). Per half composition, the sums
+``sum m_i r_i - sum ln m_i!``, the within-half spread, the mean ``mubar`` and the upper
+triangle of ``sum m_i Lambda_i`` are computed once and stored as one row (``(C, F)``).
 
-Pairs are visited in blocks of fixed size by a ``lax.scan`` whose body is rematerialised
+**Dense tiles.** A cell (all pairs of one total ``n`` whose first half sums to ``s``) is cut
+into tiles of ``tile_short x tile_long`` pairs: one tile gathers ``tile_short +
+tile_long`` rows and evaluates ``tile_short * tile_long`` pairs by broadcasting, so the pair
+algebra runs on contiguous arrays (a row gather per pair cost more than the arithmetic).
+Per pair: one add of the two halves, and a ``d x d`` log-determinant and quadratic form
+instead of ``O(K d^2)`` work: closed forms for ``d = 1, 2``, an unrolled Cholesky up to
+:data:`~numpyro_gmm._kernels.gaussian.UNROLL_MAX_DIM`, batched LAPACK beyond. A diagonal
+covariance needs no factorisation at all (``O(d)`` per pair). The derivative of the pair
+term is in closed form (:func:`_pair_partials`), forward and reverse mode.
+
+Tiles are visited in blocks of fixed size by a ``lax.scan`` whose step is rematerialised
 in reverse mode (``jax.checkpoint``), so peak memory, forward and gradient, depends on the
 block size and the half tables, never on the number of compositions. The log-sum-exp is
 streamed: the carry holds a running maximum and a rescaled sum per ``n``; exponentiated
@@ -65,6 +71,8 @@ single-device one up to the order of floating-point additions.
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -73,12 +81,24 @@ from jax.nn import logsumexp
 from jax.scipy.special import gammaln
 from jax.sharding import PartitionSpec
 
-from ..compositions import pair_schedule, unrank_tables
-from .gaussian import LOG_2PI, UNROLL_MAX_DIM, _triu_index, information_form, logdet_and_quad_rows, solve_rows
+from ..compositions import compositions_up_to, num_compositions, pair_schedule, unrank_tables
+from .gaussian import (
+    LOG_2PI,
+    UNROLL_MAX_DIM,
+    _triu_index,
+    information_form,
+    inverse_rows,
+    logdet_and_quad_rows,
+    solve_rows,
+)
 
 Array = jnp.ndarray
 
 DEFAULT_BLOCK_SIZE = 4096
+
+# Half tables up to this many entries (int8) are program constants; larger ones are unranked
+# on the device (see _half_tables).
+EMBED_MAX_ENTRIES = 1 << 18
 
 _AXIS = "blocks"
 
@@ -136,6 +156,16 @@ def _unrank_halves(n_max: int, k_a: int, k_b: int) -> tuple[Array, Array]:
     return parts[:, :rows_a], parts[k_a - k_b :, rows_a:]
 
 
+def _half_tables(n_max: int, k_a: int, k_b: int) -> tuple[Array, Array]:
+    """The two half tables as :func:`_unrank_halves` returns them: embedded in the program as
+    int8 constants when they hold at most :data:`EMBED_MAX_ENTRIES` entries (no work per
+    call), unranked on the device beyond (a large constant is what made compile time grow)."""
+    rows = [num_compositions(n_max, k + 1) for k in (k_a, k_b)]
+    if rows[0] * k_a + rows[1] * k_b > EMBED_MAX_ENTRIES:
+        return _unrank_halves(n_max, k_a, k_b)
+    return tuple(_as_data(compositions_up_to(n_max, k)[0].T) for k in (k_a, k_b))
+
+
 def _whiten(locs: Array, scale_tril: Array | None, scale: Array | None):
     """Centre the means and rescale each coordinate (moments are affine invariant).
 
@@ -149,6 +179,86 @@ def _whiten(locs: Array, scale_tril: Array | None, scale: Array | None):
     if scale is not None:
         return locs, None, scale / s, jnp.sum(log_s)
     return locs, scale_tril / s[:, None], None, jnp.sum(log_s)
+
+
+def _pair_algebra(ga, gb, d: int, diagonal: bool):
+    """``(delta, la, lb, lam)`` of a batch of pairs; ``ga``, ``gb``: the ``F`` feature rows
+    ``[s, spread, non-empty, mbar (d), Lambda entries]`` of the two half compositions."""
+    both = lax.stop_gradient(ga[2] * gb[2])  # a 0/1 flag: no cotangent
+    delta = [(ga[3 + j] - gb[3 + j]) * both for j in range(d)]
+    la, lb = ga[3 + d :], gb[3 + d :]
+    return delta, la, lb, [x + y for x, y in zip(la, lb)]
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def _pair_terms(ga, gb, d: int, diagonal: bool):
+    r"""``s_a + s_b - (ln|Lambda_m| + Q_m) / 2`` of a batch of pairs of half compositions.
+
+    ``ga``, ``gb``: lists of feature rows (see :func:`_pair_algebra`) of broadcastable shapes.
+    ``Q_m = S_a + S_b + delta^T (Lambda_a^-1 + Lambda_b^-1)^-1 delta`` with
+    ``delta = mubar_a - mubar_b`` (0 when a half is empty), the Gaussian-product rule.
+    With ``v = Lambda_a delta`` the last term is ``delta^T v - v^T Lambda_m^-1 v``; it is
+    small whenever the term matters, so its cancellation is harmless. Diagonal and
+    ``d = 1``: ``sum_j delta_j^2 la_j lb_j / (la_j + lb_j)``, no cancellation at all.
+
+    The derivative is written out (:func:`_pair_partials`): automatic differentiation of the
+    broadcast algebra reduced each of its many intermediate cotangents separately.
+    """
+    delta, la, lb, lam = _pair_algebra(ga, gb, d, diagonal)
+    if diagonal or d == 1:
+        log_det = sum(jnp.log(x) for x in lam)
+        between = sum(jnp.square(delta[j]) * (la[j] * lb[j] / lam[j]) for j in range(d))
+    else:
+        index = _triu_index(d)
+        v = [sum(la[index[i, j]] * delta[j] for j in range(d)) for i in range(d)]
+        log_det, quad = logdet_and_quad_rows(v, lam, d, diagonal)
+        between = jnp.maximum(sum(delta[i] * v[i] for i in range(d)) - quad, 0.0)
+    return ga[0] + gb[0] - 0.5 * (ga[1] + gb[1] + log_det + between)
+
+
+def _pair_partials(ga, gb, d: int, diagonal: bool):
+    r"""Per-pair partial derivatives of :func:`_pair_terms` with respect to the differentiable
+    feature rows (``mbar``, then the ``Lambda`` entries) of each side.
+
+    With ``Lambda = Lambda_a + Lambda_b``, ``y = Lambda^-1 Lambda_a delta`` and
+    ``u = delta - y = Lambda^-1 Lambda_b delta``, the between term
+    ``B = delta^T Lambda_a Lambda^-1 Lambda_b delta`` has ``dB/dLambda_a = u u^T``,
+    ``dB/dLambda_b = y y^T`` and ``dB/d delta = 2 Lambda_a u``; ``d ln|Lambda| / dLambda_x =
+    Lambda^-1``. Off-diagonal entries are stored once and count twice. (Diagonal: every
+    matrix is diagonal, ``Lambda^-1 = 1 / lam``.)
+    """
+    delta, la, lb, lam = _pair_algebra(ga, gb, d, diagonal)
+    if diagonal or d == 1:
+        inv = [1.0 / x for x in lam]
+        u = [delta[j] * lb[j] * inv[j] for j in range(d)]
+        y = [delta[j] * la[j] * inv[j] for j in range(d)]
+        grad_mu = [la[j] * u[j] for j in range(d)]  # Lambda_a u
+        pairs = [(j, j) for j in range(d)]
+    else:
+        index = _triu_index(d)
+        inv = inverse_rows(lam, d)
+        v = [sum(la[index[i, j]] * delta[j] for j in range(d)) for i in range(d)]
+        y = [sum(inv[index[i, j]] * v[j] for j in range(d)) for i in range(d)]
+        u = [delta[i] - y[i] for i in range(d)]
+        grad_mu = [sum(la[index[i, j]] * u[j] for j in range(d)) for i in range(d)]
+        pairs = list(zip(*np.triu_indices(d)))
+    factor = [-0.5 if i == j else -1.0 for i, j in pairs]  # -1/2, twice for off-diagonal entries
+    part_a = [-g for g in grad_mu] + [f * (inv[k] + u[i] * u[j]) for k, (f, (i, j)) in enumerate(zip(factor, pairs))]
+    part_b = list(grad_mu) + [f * (inv[k] + y[i] * y[j]) for k, (f, (i, j)) in enumerate(zip(factor, pairs))]
+    return part_a, part_b
+
+
+@_pair_terms.defjvp
+def _pair_terms_jvp(d, diagonal, primals, tangents):
+    """Tangent ``sum_f (dT/dx_f) dx_f`` from the closed-form partials; the engine's reverse mode
+    is its transpose: one weighted reduction per feature row."""
+    ga, gb = primals
+    ta, tb = tangents
+    part_a, part_b = _pair_partials(ga, gb, d, diagonal)
+    tangent = ta[0] + tb[0] - 0.5 * (ta[1] + tb[1])  # the flags (feature 2) have no tangent
+    tangent = tangent + sum(p * t for p, t in zip(part_a, ta[3:])) + sum(p * t for p, t in zip(part_b, tb[3:]))
+    return _pair_terms(ga, gb, d, diagonal), tangent
+
 
 
 def log_moments(
@@ -196,13 +306,14 @@ def log_moments(
         lam_rows = prec[:, iu, ju].T  # (d(d+1)/2, K), row-major upper triangle
         eye_rows = (iu == ju).astype(np.float64)
     dtype = locs.dtype
+    log_fact = gammaln(jnp.arange(n_max + 1, dtype=dtype) + 1.0)  # ln m! by table look-up
 
     def half_sums(table, lo, hi):
         """Per half composition (columns): counts, ``sum m_i r_i - sum ln m_i!``, non-empty,
         ``eta = sum m_i h_i`` ``(d, C)`` and ``sum m_i Lambda_i`` ``(P, C)``."""
         m = table.astype(dtype)  # (k, C) counts
         nonempty = jnp.sum(m, axis=0) > 0
-        s = r[lo:hi] @ m - jnp.sum(gammaln(m + 1.0), axis=0)
+        s = r[lo:hi] @ m - jnp.sum(log_fact[table.astype(jnp.int32)], axis=0)
         return m, s, nonempty, h[lo:hi].T @ m, lam_rows[:, lo:hi] @ m
 
     def half_means(halves):
@@ -252,81 +363,73 @@ def log_moments(
         # column gather of the (F, C) layout).
         return stats.T
 
-    def log_det_and_spread(ga, gb):
-        """``ln|Lambda_m|`` and ``Q_m`` of a block of pairs (``ga``, ``gb``: lists of ``F``
-        rows of shape ``(B,)``, one per feature).
-
-        ``Q_m = S_a + S_b + delta^T (Lambda_a^-1 + Lambda_b^-1)^-1 delta`` with
-        ``delta = mubar_a - mubar_b`` (0 when a half is empty), the Gaussian-product rule.
-        With ``v = Lambda_a delta`` the last term is ``delta^T v - v^T Lambda_m^-1 v``; it is
-        small whenever the term matters, so its cancellation is harmless. Diagonal and
-        ``d = 1``: ``sum_j delta_j^2 la_j lb_j / (la_j + lb_j)``, no cancellation at all.
-        """
-        both = ga[2] * gb[2]
-        delta = [(ga[3 + j] - gb[3 + j]) * both for j in range(d)]
-        la, lb = ga[3 + d :], gb[3 + d :]
-        lam = [x + y for x, y in zip(la, lb)]
-        within = ga[1] + gb[1]
-        if diagonal or d == 1:
-            between = sum(jnp.square(delta[j]) * (la[j] * lb[j] / lam[j]) for j in range(d))
-            return sum(jnp.log(x) for x in lam), within + between
-        index = _triu_index(d)
-        v = [sum(la[index[i, j]] * delta[j] for j in range(d)) for i in range(d)]
-        log_det, quad = logdet_and_quad_rows(v, lam, d, diagonal)
-        return log_det, within + jnp.maximum(sum(delta[i] * v[i] for i in range(d)) - quad, 0.0)
-
-    table_a, table_b = _unrank_halves(n_max, K_a, sched.K_b)
+    table_a, table_b = _half_tables(n_max, K_a, sched.K_b)
     sums_a, sums_b = half_sums(table_a, 0, K_a), half_sums(table_b, K_a, K)
     mbar_a, mbar_b = half_means((sums_a, sums_b))
-    stats_a = half_stats(sums_a, mbar_a, 0, K_a)
-    stats_b = half_stats(sums_b, mbar_b, K_a, K)
-    bs = sched.block_size
-    n_feat = stats_a.shape[1]
+    # The joint table: first-half rows, then second-half rows (the schedule's row numbers).
+    stats = jnp.concatenate([half_stats(sums_a, mbar_a, 0, K_a), half_stats(sums_b, mbar_b, K_a, K)])
+    n_feat = stats.shape[1]
+    ts, tl, per_block = sched.tile_short, sched.tile_long, sched.tiles_per_block
     cells = tuple(
         _as_data(x)
         for x in (
             sched.cell_n,
-            sched.cell_start_a,
-            sched.cell_start_b,
-            sched.cell_count_b,
-            sched.cell_count,
-            sched.cell_first_block,
+            sched.cell_start_short,
+            sched.cell_start_long,
+            sched.cell_count_short,
+            sched.cell_count_long,
+            sched.cell_tiles_long,
+            sched.cell_first_tile,
         )
     )
-    log_fact_n = gammaln(jnp.arange(n_max + 1, dtype=locs.dtype) + 1.0)
+    segments = jnp.arange(k_max, dtype=jnp.int32)
 
-    def scan_blocks(stats_a, stats_b, alpha, blocks):
-        cell_n, start_a, start_b, count_b, count, first_block = cells
+    def scan_blocks(stats, alpha, blocks):
+        cell_n, start_s, start_l, count_s, count_l, tiles_l, first_tile = cells
 
-        @jax.checkpoint
+        def rows(start, count, index, size):
+            """Row numbers ``(G, size)`` of one side of each tile, and which are real."""
+            local = index[:, None] * size + jnp.arange(size, dtype=jnp.int32)
+            valid = local < count[:, None]
+            return start[:, None] + jnp.where(valid, local, 0), valid
+
+        def features(g, axis):
+            """The ``F`` feature rows of gathered ``(G, size, F)`` stats, shaped to broadcast
+            as the short side (``axis = 2``: ``(G, size, 1)``) or the long side (``axis = 1``:
+            ``(G, 1, size)``). One split: its reverse mode is one concatenate."""
+            return [jnp.expand_dims(x[..., 0], axis) for x in jnp.split(g, n_feat, axis=-1)]
+
         def block_terms(t):
-            # Which cell block t lies in, and the pair indices of its compositions.
-            c = jnp.minimum(_count_le(first_block[1:], t), cell_n.shape[0] - 1)  # padding blocks (t >= num_blocks)
-            local = (t - first_block[c]) * bs + jnp.arange(bs, dtype=jnp.int32)
-            valid = (local < count[c]) & (t < sched.num_blocks)
-            local = jnp.where(valid, local, 0)
-            ia = start_a[c] + local // count_b[c]
-            ib = start_b[c] + local % count_b[c]
+            # The tiles of block t, their cells, and the rows of their two sides.
+            tile = t * per_block + jnp.arange(per_block, dtype=jnp.int32)
+            real_tile = tile < sched.num_tiles
+            c = jnp.minimum(_count_le(first_tile[1:], tile), cell_n.shape[0] - 1)
+            i, j = jnp.divmod(jnp.where(real_tile, tile - first_tile[c], 0), tiles_l[c])
+            rows_s, valid_s = rows(start_s[c], count_s[c], i, ts)
+            rows_l, valid_l = rows(start_l[c], count_l[c], j, tl)
+            # Dense tiles: ts + tl row gathers serve ts * tl pairs; the pair algebra runs on
+            # (G, ts, tl) arrays broadcast from (G, ts, 1) and (G, 1, tl) feature rows. The
+            # algebra is symmetric in the halves, so which side is short does not matter.
+            pair = _pair_terms(features(stats[rows_s], 2), features(stats[rows_l], 1), d, diagonal)
             n = cell_n[c]
-            # Structure of arrays for the algebra: one list of F rows (bs,) per half, cut by
-            # one split (its reverse mode is one concatenate, not one pad per row).
-            ga, gb = (
-                [jnp.squeeze(x, 0) for x in jnp.split(g.T, n_feat, axis=0)] for g in (stats_a[ia], stats_b[ib])
-            )
-            log_det, spread = log_det_and_spread(ga, gb)
-            terms = log_fact_n[n] + ga[0] + gb[0] + alpha - 0.5 * (log_det + spread)
+            terms = log_fact[n][:, None, None] + alpha + pair
+            valid = valid_s[:, :, None] & valid_l[:, None, :] & real_tile[:, None, None]
             return n - n_min, jnp.where(valid, terms, -jnp.inf)
 
+        # The whole step is rematerialised in reverse mode: the residuals are the carry and
+        # the block index only, so memory does not grow with the number of blocks.
+        @jax.checkpoint
         def step(carry, t):
             run_max, run_sum = carry
             seg, terms = block_terms(t)
-            blk_max = lax.stop_gradient(jnp.max(terms))
-            old_max = run_max[seg]
-            new_max = jnp.maximum(old_max, blk_max)
+            onehot = seg[:, None] == segments  # (G, k_max): the power of each tile
+            tile_max = lax.stop_gradient(jnp.max(terms, axis=(1, 2)))
+            new_max = jnp.maximum(run_max, jnp.max(jnp.where(onehot, tile_max[:, None], -jnp.inf), axis=0))
             safe_max = jnp.where(jnp.isfinite(new_max), new_max, 0.0)
-            # exp(-inf - finite) = 0 takes care of the first block of each n.
-            new_sum = run_sum[seg] * jnp.exp(old_max - safe_max) + jnp.sum(jnp.exp(terms - safe_max))
-            return (run_max.at[seg].set(new_max), run_sum.at[seg].set(new_sum)), None
+            # exp(-inf - finite) = 0 takes care of padding and of the first block of each n.
+            tile_sum = jnp.sum(jnp.exp(terms - safe_max[seg][:, None, None]), axis=(1, 2))
+            new_sum = run_sum * jnp.exp(run_max - safe_max) + jnp.sum(jnp.where(onehot, tile_sum[:, None], 0.0), axis=0)
+            return (new_max, new_sum), None
 
         init = (
             jnp.full((k_max,), -jnp.inf, dtype=locs.dtype),
@@ -337,7 +440,7 @@ def log_moments(
 
     devices = _devices()
     if len(devices) == 1 or sched.num_blocks < len(devices):
-        run_max, run_sum = scan_blocks(stats_a, stats_b, alpha, jnp.arange(sched.num_blocks, dtype=jnp.int32))
+        run_max, run_sum = scan_blocks(stats, alpha, jnp.arange(sched.num_blocks, dtype=jnp.int32))
         return log_a, run_max + jnp.log(run_sum)
 
     # Several devices: each scans a contiguous share of the blocks (the last share is
@@ -349,11 +452,11 @@ def log_moments(
     sharded = jax.shard_map(
         lambda *args: tuple(x[None] for x in scan_blocks(*args)),
         mesh=mesh,
-        in_specs=(PartitionSpec(),) * 3 + (PartitionSpec(_AXIS),),
+        in_specs=(PartitionSpec(),) * 2 + (PartitionSpec(_AXIS),),
         out_specs=(PartitionSpec(_AXIS), PartitionSpec(_AXIS)),
         check_vma=False,
     )
-    dev_max, dev_sum = sharded(stats_a, stats_b, alpha, blocks)  # (n_dev, k_max)
+    dev_max, dev_sum = sharded(stats, alpha, blocks)  # (n_dev, k_max)
     top = lax.stop_gradient(jnp.max(dev_max, axis=0))
     total = jnp.sum(dev_sum * jnp.exp(dev_max - top), axis=0)
     return log_a, top + jnp.log(total)
