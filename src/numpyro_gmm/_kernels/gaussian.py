@@ -93,17 +93,11 @@ def logdet_and_quad_rows(eta, lam, d: int, diagonal: bool):
         det = jnp.where(det > 0, det, jnp.nan)
         e0, e1 = eta[0], eta[1]
         return jnp.log(det), (c * e0 * e0 - 2.0 * b * e0 * e1 + a * e1 * e1) / det
-    index = _triu_index(d)
     n_tri = d * (d + 1) // 2
     if d <= UNROLL_MAX_DIM:
         return _unrolled_logdet_and_quad_rows([eta[i] for i in range(d)], [lam[k] for k in range(n_tri)])
-    # LAPACK wants one flat batch: broadcast the rows to their common shape and flatten.
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in [*eta[:d], *lam[:n_tri]]))
-    flat = lambda x: jnp.broadcast_to(x, shape).reshape(-1)  # noqa: E731
-    lam = jnp.stack([flat(lam[k]) for k in range(n_tri)])
-    eta = jnp.stack([flat(eta[i]) for i in range(d)])
-    full = jnp.moveaxis(lam[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
-    log_det, quad = _lapack_logdet_and_quad(full, eta.T)
+    log_det, quad = _lapack_logdet_and_quad(_full_matrices(lam, d, shape), _flat_rows(eta[:d], shape).T)
     return log_det.reshape(shape), quad.reshape(shape)
 
 
@@ -127,8 +121,7 @@ def solve_rows(eta: Array, lam: Array, d: int) -> Array:
     if d <= UNROLL_MAX_DIM:
         _, _, chol, z = _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
         return jnp.stack(_back_substitute(chol, z, d))
-    full = jnp.moveaxis(lam[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
-    chol = jnp.linalg.cholesky(full)
+    chol = jnp.linalg.cholesky(_full_matrices(lam, d, jnp.shape(lam[0])))
     y = solve_triangular(chol, eta.T[..., None], lower=True)
     return solve_triangular(chol, y, lower=True, trans=1)[..., 0].T
 
@@ -138,6 +131,26 @@ def _triu_index(d: int) -> dict:
     for k, (i, j) in enumerate(zip(*np.triu_indices(d))):
         index[i, j] = index[j, i] = k
     return index
+
+
+def symmetric_matvec_rows(lam, x, d: int) -> list:
+    """``Lambda x`` on rows: ``lam`` the ``d(d+1)/2`` upper-triangle rows (row-major), ``x`` the
+    ``d`` rows of the vector (broadcastable shapes); returns ``d`` rows."""
+    index = _triu_index(d)
+    return [sum(lam[index[i, j]] * x[j] for j in range(d)) for i in range(d)]
+
+
+def _flat_rows(rows, shape) -> Array:
+    """``(len(rows), prod(shape))``: each row broadcast to ``shape`` and flattened (the one flat
+    batch LAPACK takes)."""
+    return jnp.stack([jnp.broadcast_to(x, shape).reshape(-1) for x in rows])
+
+
+def _full_matrices(lam, d: int, shape) -> Array:
+    """``(B, d, d)`` symmetric matrices from upper-triangle rows broadcast to ``shape``."""
+    index = _triu_index(d)
+    flat = _flat_rows([lam[k] for k in range(d * (d + 1) // 2)], shape)
+    return jnp.moveaxis(flat[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
 
 
 @jax.custom_jvp
@@ -201,14 +214,11 @@ def inverse_rows(lam, d: int) -> list:
         a, b, c = lam[0], lam[1], lam[2]
         det = a * c - b * b
         return [c / det, -b / det, a / det]
-    index = _triu_index(d)
     if d <= UNROLL_MAX_DIM:
-        _, _, chol, _ = _unrolled_rows(lambda i, j: lam[index[i, j]], [lam[0]] * d, d)
-        return _inverse_from_chol(chol, d)
-    n_tri = d * (d + 1) // 2
-    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in lam[:n_tri]))
-    flat = jnp.stack([jnp.broadcast_to(lam[k], shape).reshape(-1) for k in range(n_tri)])
-    full = jnp.moveaxis(flat[np.array([[index[i, j] for j in range(d)] for i in range(d)])], -1, 0)
+        index = _triu_index(d)
+        return _inverse_from_chol(_unrolled_chol(lambda i, j: lam[index[i, j]], d), d)
+    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in lam[: d * (d + 1) // 2]))
+    full = _full_matrices(lam, d, shape)
     chol = jnp.linalg.cholesky(full)
     w = solve_triangular(chol, jnp.broadcast_to(jnp.eye(d, dtype=full.dtype), full.shape), lower=True)
     inv = jnp.swapaxes(w, -1, -2) @ w
@@ -226,7 +236,7 @@ def _back_substitute(chol, z, d):
     return x
 
 
-def _unrolled_rows(entry, eta, d):
+def _unrolled_chol(entry, d):
     # Cholesky-Banachiewicz on rows of the batch: chol[i][j] are arrays of shape (B,).
     # A non-positive pivot gives sqrt(<0) = NaN, which propagates.
     chol = [[None] * d for _ in range(d)]
@@ -240,6 +250,12 @@ def _unrolled_rows(entry, eta, d):
             for k in range(j):
                 s = s - chol[i][k] * chol[j][k]
             chol[i][j] = s / chol[j][j]
+    return chol
+
+
+def _unrolled_rows(entry, eta, d):
+    """Unrolled Cholesky factor, ``z = L^-1 eta``, ``ln|Lambda|`` and ``|z|^2`` on rows."""
+    chol = _unrolled_chol(entry, d)
     z = []
     for i in range(d):
         s = eta[i]

@@ -81,15 +81,15 @@ from jax.nn import logsumexp
 from jax.scipy.special import gammaln
 from jax.sharding import PartitionSpec
 
-from ..compositions import compositions_up_to, num_compositions, pair_schedule, unrank_tables
+from ..compositions import PairSchedule, pair_schedule, unrank_tables
 from .gaussian import (
     LOG_2PI,
     UNROLL_MAX_DIM,
-    _triu_index,
     information_form,
     inverse_rows,
     logdet_and_quad_rows,
     solve_rows,
+    symmetric_matvec_rows,
 )
 
 Array = jnp.ndarray
@@ -156,14 +156,13 @@ def _unrank_halves(n_max: int, k_a: int, k_b: int) -> tuple[Array, Array]:
     return parts[:, :rows_a], parts[k_a - k_b :, rows_a:]
 
 
-def _half_tables(n_max: int, k_a: int, k_b: int) -> tuple[Array, Array]:
+def _half_tables(sched: PairSchedule) -> tuple[Array, Array]:
     """The two half tables as :func:`_unrank_halves` returns them: embedded in the program as
     int8 constants when they hold at most :data:`EMBED_MAX_ENTRIES` entries (no work per
     call), unranked on the device beyond (a large constant is what made compile time grow)."""
-    rows = [num_compositions(n_max, k + 1) for k in (k_a, k_b)]
-    if rows[0] * k_a + rows[1] * k_b > EMBED_MAX_ENTRIES:
-        return _unrank_halves(n_max, k_a, k_b)
-    return tuple(_as_data(compositions_up_to(n_max, k)[0].T) for k in (k_a, k_b))
+    if sched.rows_a * sched.K_a + sched.rows_b * sched.K_b > EMBED_MAX_ENTRIES:
+        return _unrank_halves(sched.n_max, sched.K_a, sched.K_b)
+    return _as_data(sched.half_a.T), _as_data(sched.half_b.T)
 
 
 def _whiten(locs: Array, scale_tril: Array | None, scale: Array | None):
@@ -209,8 +208,7 @@ def _pair_terms(ga, gb, d: int, diagonal: bool):
         log_det = sum(jnp.log(x) for x in lam)
         between = sum(jnp.square(delta[j]) * (la[j] * lb[j] / lam[j]) for j in range(d))
     else:
-        index = _triu_index(d)
-        v = [sum(la[index[i, j]] * delta[j] for j in range(d)) for i in range(d)]
+        v = symmetric_matvec_rows(la, delta, d)
         log_det, quad = logdet_and_quad_rows(v, lam, d, diagonal)
         between = jnp.maximum(sum(delta[i] * v[i] for i in range(d)) - quad, 0.0)
     return ga[0] + gb[0] - 0.5 * (ga[1] + gb[1] + log_det + between)
@@ -235,12 +233,10 @@ def _pair_partials(ga, gb, d: int, diagonal: bool):
         grad_mu = [la[j] * u[j] for j in range(d)]  # Lambda_a u
         pairs = [(j, j) for j in range(d)]
     else:
-        index = _triu_index(d)
         inv = inverse_rows(lam, d)
-        v = [sum(la[index[i, j]] * delta[j] for j in range(d)) for i in range(d)]
-        y = [sum(inv[index[i, j]] * v[j] for j in range(d)) for i in range(d)]
+        y = symmetric_matvec_rows(inv, symmetric_matvec_rows(la, delta, d), d)
         u = [delta[i] - y[i] for i in range(d)]
-        grad_mu = [sum(la[index[i, j]] * u[j] for j in range(d)) for i in range(d)]
+        grad_mu = symmetric_matvec_rows(la, u, d)
         pairs = list(zip(*np.triu_indices(d)))
     factor = [-0.5 if i == j else -1.0 for i, j in pairs]  # -1/2, twice for off-diagonal entries
     part_a = [-g for g in grad_mu] + [f * (inv[k] + u[i] * u[j]) for k, (f, (i, j)) in enumerate(zip(factor, pairs))]
@@ -258,7 +254,6 @@ def _pair_terms_jvp(d, diagonal, primals, tangents):
     tangent = ta[0] + tb[0] - 0.5 * (ta[1] + tb[1])  # the flags (feature 2) have no tangent
     tangent = tangent + sum(p * t for p, t in zip(part_a, ta[3:])) + sum(p * t for p, t in zip(part_b, tb[3:]))
     return _pair_terms(ga, gb, d, diagonal), tangent
-
 
 
 def log_moments(
@@ -363,7 +358,7 @@ def log_moments(
         # column gather of the (F, C) layout).
         return stats.T
 
-    table_a, table_b = _half_tables(n_max, K_a, sched.K_b)
+    table_a, table_b = _half_tables(sched)
     sums_a, sums_b = half_sums(table_a, 0, K_a), half_sums(table_b, K_a, K)
     mbar_a, mbar_b = half_means((sums_a, sums_b))
     # The joint table: first-half rows, then second-half rows (the schedule's row numbers).
