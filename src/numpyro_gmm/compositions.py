@@ -130,6 +130,7 @@ class PairSchedule(NamedTuple):
     rows_a: int  # C(n_max + K_a, K_a): rows of the first half table (totals 0..n_max)
     rows_b: int
     cell_n: np.ndarray  # (cells,) int32: the total n of each cell
+    cell_s: np.ndarray  # (cells,) int32: the first half's total s of each cell
     cell_start_short: np.ndarray  # (cells,) int32: first joint-table row of the short side
     cell_start_long: np.ndarray  # (cells,) int32: first joint-table row of the long side
     cell_count_short: np.ndarray  # (cells,) int32: rows of the short side
@@ -278,6 +279,7 @@ def pair_schedule(n_min: int, n_max: int, K: int, block_size: int) -> PairSchedu
         rows_a=rows_a,
         rows_b=rows_b,
         cell_n=i32(n_arr),
+        cell_s=i32(s_arr),
         cell_start_short=i32(np.where(a_short, start_a, start_b)),
         cell_start_long=i32(np.where(a_short, start_b, start_a)),
         cell_count_short=i32(short),

@@ -204,25 +204,36 @@ def _inverse_from_chol(chol, d):
     return [sum(w[m][i] * w[m][j] for m in range(j, d)) for i, j in zip(*np.triu_indices(d))]
 
 
-def inverse_rows(lam, d: int) -> list:
-    """``Lambda^-1`` for a batch stored as rows: ``lam`` holds the ``d(d+1)/2`` upper-triangle
-    rows (row-major, any broadcastable shapes); returns the same layout. Closed forms for
-    ``d <= 2``, the unrolled Cholesky up to :data:`UNROLL_MAX_DIM`, batched LAPACK beyond."""
+def logdet_and_inverse_rows(lam, d: int) -> tuple[Array, list]:
+    """``(ln|Lambda|, Lambda^-1)`` for a batch stored as rows: ``lam`` holds the ``d(d+1)/2``
+    upper-triangle rows (row-major, any broadcastable shapes); the inverse comes in the same
+    layout. One factorisation for both: closed forms for ``d <= 2`` (one division), the
+    unrolled Cholesky up to :data:`UNROLL_MAX_DIM`, batched LAPACK beyond. A
+    non-positive-definite ``Lambda`` gives NaN."""
     if d == 1:
-        return [1.0 / lam[0]]
+        return jnp.log(lam[0]), [1.0 / lam[0]]
     if d == 2:
         a, b, c = lam[0], lam[1], lam[2]
         det = a * c - b * b
-        return [c / det, -b / det, a / det]
+        det = jnp.where(det > 0, det, jnp.nan)
+        r = 1.0 / det
+        return jnp.log(det), [c * r, -b * r, a * r]
     if d <= UNROLL_MAX_DIM:
         index = _triu_index(d)
-        return _inverse_from_chol(_unrolled_chol(lambda i, j: lam[index[i, j]], d), d)
+        chol = _unrolled_chol(lambda i, j: lam[index[i, j]], d)
+        return 2.0 * sum(jnp.log(chol[j][j]) for j in range(d)), _inverse_from_chol(chol, d)
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in lam[: d * (d + 1) // 2]))
     full = _full_matrices(lam, d, shape)
     chol = jnp.linalg.cholesky(full)
     w = solve_triangular(chol, jnp.broadcast_to(jnp.eye(d, dtype=full.dtype), full.shape), lower=True)
     inv = jnp.swapaxes(w, -1, -2) @ w
-    return [inv[:, i, j].reshape(shape) for i, j in zip(*np.triu_indices(d))]
+    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
+    return log_det.reshape(shape), [inv[:, i, j].reshape(shape) for i, j in zip(*np.triu_indices(d))]
+
+
+def inverse_rows(lam, d: int) -> list:
+    """``Lambda^-1`` for a batch stored as rows (see :func:`logdet_and_inverse_rows`)."""
+    return logdet_and_inverse_rows(lam, d)[1]
 
 
 def _back_substitute(chol, z, d):
