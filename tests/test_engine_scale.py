@@ -42,7 +42,7 @@ def test_unranking_matches_enumeration(n_max, K):
 
 @pytest.mark.parametrize("d,diagonal", [(1, False), (3, False), (2, True)])
 def test_gradient_through_many_blocks_equals_one_block(rng, d, diagonal):
-    """Block size 7 (dozens of rematerialised scan steps) against one block holding everything."""
+    """Block size 7 (dozens of scan steps, each adding to the Jacobian) against one block holding everything."""
     log_w, locs, tril = mixture(rng, 5, d)
     scale = jnp.exp(0.3 * jnp.asarray(rng.normal(size=(5, d)), ftype()))
 
@@ -118,19 +118,22 @@ def test_solve_rows_matches_numpy(rng, d):
 
 
 @pytest.mark.parametrize("d", [1, 2, 3, 4, 6])
-def test_inverse_rows_matches_numpy(rng, d):
-    """``Lambda^-1`` on rows (closed forms, unrolled Cholesky, LAPACK), used by the engine's
-    reverse mode, against ``numpy.linalg.inv`` in float64 (independent); broadcast shapes."""
-    from numpyro_gmm._kernels.gaussian import inverse_rows
+def test_logdet_and_inverse_rows_match_numpy(rng, d):
+    """``ln|Lambda|`` and ``Lambda^-1`` on rows (closed forms, unrolled Cholesky, LAPACK), used
+    by the engine's derivative, against ``numpy.linalg.slogdet`` and ``numpy.linalg.inv`` in
+    float64 (independent); broadcast shapes."""
+    from numpyro_gmm._kernels.gaussian import logdet_and_inverse_rows
 
     A = rng.normal(size=(3, 5, d, d))
     lam = A @ np.swapaxes(A, -1, -2) + d * np.eye(d)
     iu, ju = np.triu_indices(d)
     rows = [jnp.asarray(lam[..., i, j], ftype()) for i, j in zip(iu, ju)]
-    got = np.stack([np.asarray(x) for x in inverse_rows(rows, d)], -1)
+    log_det, inv = logdet_and_inverse_rows(rows, d)
+    got = np.stack([np.asarray(x) for x in inv], -1)
     expected = np.linalg.inv(lam)[..., iu, ju]
     tol = dict(rtol=1e-10, atol=1e-12) if X64 else dict(rtol=2e-4, atol=2e-5)
     np.testing.assert_allclose(got, expected, **tol)
+    np.testing.assert_allclose(log_det, np.linalg.slogdet(lam)[1], **tol)
 
 
 @pytest.mark.parametrize("d,diagonal", [(2, False), (3, True)])

@@ -231,11 +231,6 @@ def logdet_and_inverse_rows(lam, d: int) -> tuple[Array, list]:
     return log_det.reshape(shape), [inv[:, i, j].reshape(shape) for i, j in zip(*np.triu_indices(d))]
 
 
-def inverse_rows(lam, d: int) -> list:
-    """``Lambda^-1`` for a batch stored as rows (see :func:`logdet_and_inverse_rows`)."""
-    return logdet_and_inverse_rows(lam, d)[1]
-
-
 def _back_substitute(chol, z, d):
     """``x = L^-T z`` on rows: ``chol[i][j]`` (lower factor) and ``z[i]`` are ``(B,)`` arrays."""
     x = [None] * d
