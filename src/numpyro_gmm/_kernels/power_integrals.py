@@ -392,7 +392,10 @@ def _pair_lse(sched: PairSchedule, n_min: int, d: int, diagonal: bool, k_max: in
 
         def step(carry, t):
             seg, w, rows_s, rows_l, sides = tile_weights(stats, ref, t, with_jacobian)
-            sums = carry[0] + per_power(jnp.sum(w, axis=(1, 2)), seg)
+            # Without the Jacobian, slice additions fuse into the weights' loop (w is never
+            # stored); with it, w feeds the cotangents too and one reduction is cheaper.
+            tile_sum = jnp.sum(w, axis=(1, 2)) if with_jacobian else _sum_slices(_sum_slices(w, 2), 1)
+            sums = carry[0] + per_power(tile_sum, seg)
             if not with_jacobian:
                 return (sums,), None
             values = jnp.concatenate([jnp.stack(x, axis=-1).reshape(-1, n_feat) for x in sides])
