@@ -157,3 +157,21 @@ def test_embedded_and_unranked_half_tables_agree(rng, monkeypatch, d, diagonal):
     np.testing.assert_allclose(embedded[0], unranked[0], **tol)
     for a, b in zip(embedded[1], unranked[1]):
         np.testing.assert_allclose(a, b, **tol)
+
+
+def test_gradient_through_an_inner_jit_equals_plain_gradient(rng):
+    """``grad`` of a function that calls the engine inside its own ``jit`` (as
+    ``GaussianMixture.entropy`` does) traces the derivative rule outside that jit: it must not
+    capture arrays made while the inner jit traced (reference: the same gradient without the
+    inner jit)."""
+    log_w, locs, tril = mixture(rng, 4, 2)
+
+    def moments(lw, m, t):
+        log_a, lm = log_moments(lw, m, t, k_max=3, block_size=16)
+        return log_a + jnp.sum(jnp.exp(lm))
+
+    inner = jax.jit(moments)
+    got = jax.grad(lambda m: inner(log_w, m, tril))(locs)
+    expected = jax.grad(lambda m: moments(log_w, m, tril))(locs)
+    tol = dict(rtol=1e-10, atol=1e-12) if X64 else dict(rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(got, expected, **tol)

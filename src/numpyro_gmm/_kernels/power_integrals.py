@@ -325,11 +325,13 @@ def _pair_lse(sched: PairSchedule, n_min: int, d: int, diagonal: bool, k_max: in
     ts, tl, per_block = sched.tile_short, sched.tile_long, sched.tiles_per_block
     # ln binom(n, s) per cell: with the halves' own multinomials, ln(n! / prod m_i!) of a pair,
     # summed from small terms (exactly 0 for a pure composition, whatever n).
-    log_binom = jnp.asarray(
+    # (NumPy here: the custom_jvp function below closes over these, and a JAX array made
+    # while an outer jit traces is a tracer of that trace, which must not leak into the rule.)
+    log_binom = np.asarray(
         [math.lgamma(n + 1) - math.lgamma(s + 1) - math.lgamma(n - s + 1) for n, s in zip(sched.cell_n, sched.cell_s)],
         dtype=dtype,
     )
-    segments = jnp.arange(k_max, dtype=jnp.int32)
+    segments = np.arange(k_max, dtype=np.int32)
 
     def tile_weights(stats, ref, t, with_jacobian):
         """The tiles of block ``t``: their power (``n - n_min``, ``(G,)``), weights
@@ -375,7 +377,7 @@ def _pair_lse(sched: PairSchedule, n_min: int, d: int, diagonal: bool, k_max: in
             pair, inv, y, u = _pair_core(ga, gb, d, diagonal)
         else:
             pair = _pair_terms(ga, gb, d, diagonal)
-        terms = (log_binom[c] - ref[seg])[:, None, None] + pair
+        terms = (jnp.asarray(log_binom)[c] - ref[seg])[:, None, None] + pair
         valid = valid_s[:, :, None] & valid_l[:, None, :] & real_tile[:, None, None]
         w = jnp.where(valid, jnp.exp(terms), 0.0)
         sides = _row_cotangents(w, ga, gb, inv, y, u, d, diagonal) if with_jacobian else None
@@ -411,7 +413,7 @@ def _pair_lse(sched: PairSchedule, n_min: int, d: int, diagonal: bool, k_max: in
     devices = _devices()
     n_dev = len(devices)
     if n_dev == 1 or sched.num_blocks < n_dev:
-        all_blocks = jnp.arange(sched.num_blocks, dtype=jnp.int32)
+        all_blocks = np.arange(sched.num_blocks, dtype=np.int32)
         run = scan_blocks
     else:
         # Several devices: each scans a contiguous share of the blocks (the last share is
@@ -419,7 +421,7 @@ def _pair_lse(sched: PairSchedule, n_min: int, d: int, diagonal: bool, k_max: in
         # device uses the same reference.
         per_dev = -(-sched.num_blocks // n_dev)
         mesh = jax.sharding.Mesh(np.array(devices), (_AXIS,))
-        all_blocks = jnp.arange(n_dev * per_dev, dtype=jnp.int32)
+        all_blocks = np.arange(n_dev * per_dev, dtype=np.int32)
 
         def run(stats, ref, blocks, with_jacobian):
             shares = jax.shard_map(
