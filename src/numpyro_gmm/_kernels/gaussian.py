@@ -72,6 +72,12 @@ def _lapack_logdet_and_quad(prec: Array, eta: Array):
     return 2.0 * jnp.sum(jnp.log(diag), -1), jnp.sum(jnp.square(z), -1)
 
 
+def _det2(a, b, c):
+    """``|[[a, b], [b, c]]|``, NaN where it is not positive (not positive definite)."""
+    det = a * c - b * b
+    return jnp.where(det > 0, det, jnp.nan)
+
+
 def logdet_and_quad_rows(eta, lam, d: int, diagonal: bool):
     """``(ln|Lambda|, eta^T Lambda^-1 eta)`` for a batch stored as rows (structure of arrays).
 
@@ -89,8 +95,7 @@ def logdet_and_quad_rows(eta, lam, d: int, diagonal: bool):
         return jnp.log(lam[0]), jnp.square(eta[0]) / lam[0]
     if d == 2:
         a, b, c = lam[0], lam[1], lam[2]
-        det = a * c - b * b
-        det = jnp.where(det > 0, det, jnp.nan)
+        det = _det2(a, b, c)
         e0, e1 = eta[0], eta[1]
         return jnp.log(det), (c * e0 * e0 - 2.0 * b * e0 * e1 + a * e1 * e1) / det
     n_tri = d * (d + 1) // 2
@@ -214,8 +219,7 @@ def logdet_and_inverse_rows(lam, d: int) -> tuple[Array, list]:
         return jnp.log(lam[0]), [1.0 / lam[0]]
     if d == 2:
         a, b, c = lam[0], lam[1], lam[2]
-        det = a * c - b * b
-        det = jnp.where(det > 0, det, jnp.nan)
+        det = _det2(a, b, c)
         r = 1.0 / det
         return jnp.log(det), [c * r, -b * r, a * r]
     if d <= UNROLL_MAX_DIM:
