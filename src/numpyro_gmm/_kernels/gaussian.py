@@ -59,8 +59,7 @@ def information_form(locs: Array, scale_tril: Array | None, scale: Array | None)
     prec = jnp.swapaxes(l_inv, -1, -2) @ l_inv  # Sigma^-1 = L^-T L^-1
     # Symmetrise: the two triangles come out of the product with different rounding.
     prec = 0.5 * (prec + jnp.swapaxes(prec, -1, -2))
-    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(scale_tril, axis1=-2, axis2=-1)), axis=-1)
-    return prec, jnp.einsum("kij,kj->ki", prec, locs), log_det
+    return prec, jnp.einsum("kij,kj->ki", prec, locs), _chol_logdet(scale_tril)
 
 
 def _lapack_logdet_and_quad(prec: Array, eta: Array):
@@ -68,8 +67,17 @@ def _lapack_logdet_and_quad(prec: Array, eta: Array):
     by batched LAPACK (used beyond :data:`UNROLL_MAX_DIM`)."""
     chol = jnp.linalg.cholesky(prec)
     z = solve_triangular(chol, eta[..., None], lower=True)[..., 0]
-    diag = jnp.diagonal(chol, axis1=-2, axis2=-1)
-    return 2.0 * jnp.sum(jnp.log(diag), -1), jnp.sum(jnp.square(z), -1)
+    return _chol_logdet(chol), jnp.sum(jnp.square(z), -1)
+
+
+def _chol_logdet(chol: Array) -> Array:
+    """``ln|A| = 2 sum_j ln L_jj`` from the Cholesky factor ``L`` of ``A`` (``(..., d, d)``)."""
+    return 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), axis=-1)
+
+
+def _unrolled_logdet(chol, d: int):
+    """:func:`_chol_logdet` of an unrolled factor (``chol[i][j]`` arrays)."""
+    return 2.0 * sum(jnp.log(chol[j][j]) for j in range(d))
 
 
 def _det2(a, b, c):
@@ -120,7 +128,7 @@ def solve_rows(eta: Array, lam: Array, d: int) -> Array:
         return eta / lam
     if d == 2:
         a, b, c = lam[0], lam[1], lam[2]
-        det = a * c - b * b
+        det = _det2(a, b, c)
         return jnp.stack([(c * eta[0] - b * eta[1]) / det, (a * eta[1] - b * eta[0]) / det])
     index = _triu_index(d)
     if d <= UNROLL_MAX_DIM:
@@ -225,14 +233,13 @@ def logdet_and_inverse_rows(lam, d: int) -> tuple[Array, list]:
     if d <= UNROLL_MAX_DIM:
         index = _triu_index(d)
         chol = _unrolled_chol(lambda i, j: lam[index[i, j]], d)
-        return 2.0 * sum(jnp.log(chol[j][j]) for j in range(d)), _inverse_from_chol(chol, d)
+        return _unrolled_logdet(chol, d), _inverse_from_chol(chol, d)
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in lam[: d * (d + 1) // 2]))
     full = _full_matrices(lam, d, shape)
     chol = jnp.linalg.cholesky(full)
     w = solve_triangular(chol, jnp.broadcast_to(jnp.eye(d, dtype=full.dtype), full.shape), lower=True)
     inv = jnp.swapaxes(w, -1, -2) @ w
-    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
-    return log_det.reshape(shape), [inv[:, i, j].reshape(shape) for i, j in zip(*np.triu_indices(d))]
+    return _chol_logdet(chol).reshape(shape), [inv[:, i, j].reshape(shape) for i, j in zip(*np.triu_indices(d))]
 
 
 def _back_substitute(chol, z, d):
@@ -272,9 +279,7 @@ def _unrolled_rows(entry, eta, d):
         for k in range(i):
             s = s - chol[i][k] * z[k]
         z.append(s / chol[i][i])
-    log_det = 2.0 * sum(jnp.log(chol[j][j]) for j in range(d))
-    quad = sum(zi * zi for zi in z)
-    return log_det, quad, chol, z
+    return _unrolled_logdet(chol, d), sum(zi * zi for zi in z), chol, z
 
 
 def log_gaussian_peak(log_det_cov: Array, d: int) -> Array:
