@@ -232,6 +232,38 @@ def test_forward_mode_equals_reverse_mode(case):
     np.testing.assert_allclose(fwd, rev, **tol)
 
 
+@pytest.mark.skipif(not X64, reason="compared to 1e-10")
+def test_spread_rule_equals_the_derivative_through_the_half_mean():
+    """The diagonal within-half spread's custom rule drops the path through the half mean
+    (envelope theorem). Against plain automatic differentiation of the same formula with the
+    half mean recomputed from the parameters (``mbar = sum m prec locs / sum m prec``, so the
+    path is present): gradient and Hessian with respect to ``locs`` and ``prec`` agree."""
+    from numpyro_gmm._kernels.power_integrals import _diag_spread
+
+    rng = np.random.default_rng(5)
+    k, d, C = 4, 3, 9
+    m = jnp.asarray(rng.integers(0, 3, size=(k, C)).astype(float))
+    locs, prec = jnp.asarray(rng.normal(size=(k, d))), jnp.asarray(rng.uniform(0.5, 2.0, size=(k, d)))
+    g = jnp.asarray(rng.normal(size=C))
+
+    def mean(locs, prec):
+        return ((prec * locs).T @ m) / jnp.maximum(prec.T @ m, 1e-300)
+
+    def with_rule(locs, prec):
+        return g @ _diag_spread(m, locs, prec, mean(locs, prec))
+
+    def plain(locs, prec):
+        dev = locs.T[:, :, None] - mean(locs, prec)[:, None, :]
+        return g @ jnp.einsum("kc,kj,jkc->c", m, prec, jnp.square(dev))
+
+    for derivative in (jax.grad, jax.hessian):
+        got = derivative(with_rule, argnums=(0, 1))(locs, prec)
+        want = derivative(plain, argnums=(0, 1))(locs, prec)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            assert np.max(np.abs(b)) > 1e-3
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.max(np.abs(b)))
+
+
 # ----------------------------------------------------------------------------- range check
 
 

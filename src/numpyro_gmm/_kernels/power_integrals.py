@@ -452,6 +452,40 @@ def _pair_lse(sched: PairSchedule, n_min: int, d: int, diagonal: bool, k_max: in
     return log_lse
 
 
+@jax.custom_jvp
+def _diag_spread(m: Array, locs: Array, prec: Array, mbar: Array) -> Array:
+    r"""Within-half spread for diagonal precisions:
+    ``Q_c = sum_i m_ic sum_j prec_ij (locs_ij - mbar_jc)^2`` for counts ``m`` ``(k, C)``,
+    ``locs``, ``prec`` ``(k, d)`` and half means ``mbar`` ``(d, C)``; ``(C,)``.
+
+    **Derivative.** ``mbar_c = argmin_x sum_i m_ic (locs_i - x)^T Lambda_i (locs_i - x)``, so
+    ``dQ/dmbar = 0`` (envelope theorem) and ``dQ_c = sum_i m_ic sum_j [2 prec_ij dev_ijc
+    dlocs_ij + dev_ijc^2 dprec_ij]`` with ``dev = locs - mbar``. The rule drops the ``mbar``
+    path (whose reverse mode was ``d`` reductions of ``(k, C)`` arrays per half); the term
+    linear in ``dev`` is two matrix products (``sum_i m_ic a_ij locs_ij - mbar_jc sum_i m_ic
+    a_ij``, ``a = 2 prec dlocs``: a first-order difference, harmless in float32), the
+    quadratic one a single contraction over the coordinates stacked on one axis. It is exact
+    at every order: the dropped term is zero for all parameters, so its derivatives are too
+    (the rule is itself differentiable; Hessians agree with finite differences). Measured at
+    ``d = 16``, ``K = 16``, order 6: gradient 28.4 -> 26.5 ms (one core, same-process A/B).
+    """
+    d = locs.shape[1]
+    q = sum(prec[:, j][:, None] * jnp.square(locs[:, j][:, None] - mbar[j][None, :]) for j in range(d))
+    return jnp.sum(m * q, axis=0)
+
+
+@_diag_spread.defjvp
+def _diag_spread_jvp(primals, tangents):
+    m, locs, prec, mbar = primals
+    _, dlocs, dprec, _ = tangents  # counts are constants; the mbar path is zero (above)
+    dev = locs.T[:, :, None] - mbar[:, None, :]  # (d, k, C)
+    a = 2.0 * prec * dlocs
+    tangent = jnp.sum(m.T @ (a * locs), axis=1) - jnp.sum(mbar.T * (m.T @ a), axis=1) + jnp.einsum(
+        "kc,jkc,kj->c", m, jnp.square(dev), dprec
+    )
+    return _diag_spread(m, locs, prec, mbar), tangent
+
+
 def _reference(r: Array, half_log_det_prec: Array, n_min: int, k_max: int, d: int, dtype) -> Array:
     r"""A reference ``ref_n`` per power with ``ref_n <= LSE_n <= ref_n + n ln K`` (both sides
     exact; ``LSE_n`` = ``ln E_p[u^{n-1}] - alpha``), shifted so the sums of
@@ -569,23 +603,24 @@ def log_moments(
         between-halves term (below).
         """
         m, s, nonempty, _, lam = sums
-        # One (k, C) deviation per coordinate, from one split of mbar: the reverse mode of
-        # d slices of a stacked (d, k, C) array is d pads of the whole array (O(d^2 k C)).
-        mbar_rows = jnp.split(mbar, d, axis=0)
-        dev = [locs[lo:hi, i][:, None] - mbar_rows[i] for i in range(d)]
         if diagonal:
-            q = sum(prec[lo:hi, i][:, None] * jnp.square(dev[i]) for i in range(d))  # (k, C)
-        elif d > UNROLL_MAX_DIM:
-            # One contraction: the elementwise form below compiled 1-2 s slower at d = 8.
-            q = jnp.einsum("dkc,kde,ekc->kc", jnp.stack(dev), prec[lo:hi], jnp.stack(dev))
+            within = _diag_spread(m, locs[lo:hi], prec[lo:hi], mbar)
         else:
-            q = 0.0
-            for i in range(d):
-                inner = prec[lo:hi, i, i][:, None] * dev[i]
-                for j in range(i + 1, d):
-                    inner = inner + 2.0 * prec[lo:hi, i, j][:, None] * dev[j]
-                q = q + dev[i] * inner
-        within = jnp.sum(m * q, axis=0)
+            # One (k, C) deviation per coordinate, from one split of mbar: the reverse mode of
+            # d slices of a stacked (d, k, C) array is d pads of the whole array (O(d^2 k C)).
+            mbar_rows = jnp.split(mbar, d, axis=0)
+            dev = [locs[lo:hi, i][:, None] - mbar_rows[i] for i in range(d)]
+            if d > UNROLL_MAX_DIM:
+                # One contraction: the elementwise form below compiled 1-2 s slower at d = 8.
+                q = jnp.einsum("dkc,kde,ekc->kc", jnp.stack(dev), prec[lo:hi], jnp.stack(dev))
+            else:
+                q = 0.0
+                for i in range(d):
+                    inner = prec[lo:hi, i, i][:, None] * dev[i]
+                    for j in range(i + 1, d):
+                        inner = inner + 2.0 * prec[lo:hi, i, j][:, None] * dev[j]
+                    q = q + dev[i] * inner
+            within = jnp.sum(m * q, axis=0)
         stats = jnp.concatenate([s[None], within[None], nonempty[None].astype(dtype), mbar, lam], axis=0)
         # (C, F): rows are gathered whole (a row gather measured ~20x faster than a
         # column gather of the (F, C) layout).
