@@ -317,7 +317,7 @@ def _pair_lse(sched: PairSchedule, n_min: int, d: int, diagonal: bool, k_max: in
     ``J . dstats``, so forward mode works, and reverse mode is its transpose
     ``sum_n g_n J_n``: one contraction, no transposed scan. (Differentiating through the
     scan re-evaluated every tile in reverse and reduced dozens of cotangents one by one:
-    gradient 4.2-7.3x the forward time at ``K = 16``, order 6, against 2.9-4.6x now.)
+    gradient 4.2-7.3x the forward time at ``K = 16``, order 6, against 2.9-4.0x now.)
     Memory: ``J`` is ``k_max`` times the half table, plus one block.
     """
     n_feat = 3 + d + (d if diagonal else d * (d + 1) // 2)
