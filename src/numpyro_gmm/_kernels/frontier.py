@@ -138,8 +138,8 @@ def normalized_legendre_entropy_from_moments(log_moments: Array, log_a: Array, o
 
     .. math::
 
-        H pprox -\ln a + rac d2 - \sum_{k=0}^{N} w_k\, M(k),\qquad
-        M(k) = \expig(\ln E[u^k] + 	frac d2 \ln(1 + k)ig).
+        H \approx -\ln a + \frac d2 - \sum_{k=0}^{N} w_k\, M(k),\qquad
+        M(k) = \exp\big(\ln E[u^k] + \tfrac d2 \ln(1 + k)\big).
 
     Exact for one Gaussian in any dimension (with the paper's ``a``, its peak). For
     well-separated components ``c`` is the discrete offset ``-ln(w_i N_i(mu_i)/a)``. The
