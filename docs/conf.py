@@ -1,8 +1,9 @@
 """Sphinx configuration of the numpyro-gmm documentation.
 
-Build (offline, warnings as errors)::
+Build (offline, warnings as errors), then check that no page loads an external asset::
 
     python -m sphinx -W --keep-going -b html docs docs/_build/html
+    python docs/check_offline.py docs/_build/html
 
 The notebooks live in ``examples/notebooks/`` and are rendered with their committed
 outputs (``nb_execution_mode = "off"``); they are copied into ``docs/notebooks/`` (git-ignored)
@@ -44,6 +45,10 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    # MathJax served from the build's _static/mathjax (PyPI package sphinx-mathjax-offline),
+    # not from a CDN: the built HTML references no external asset (checked in CI by
+    # docs/check_offline.py).
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "myst_nb",
 ]
