@@ -142,7 +142,7 @@ def estimates(logits, locs, tril, dtype, orders):
     out.update({(k, None): float(v) for k, v in _closed_all(lw, m, t).items()})
     for M in QMC_POINTS:
         out[("mixing_qmc", M)] = float(_mixing(lw, m, t, M))
-    # the default: Legendre at the default order in 1-D/2-D, the mixing rule beyond
+    # the default: Legendre at the default order for d <= LEGENDRE_DEFAULT_MAX_DIM (0: never), the mixing rule
     out[("auto", None)] = (out[("legendre", E.DEFAULT_ORDER)] if m.shape[1] <= E.LEGENDRE_DEFAULT_MAX_DIM
                            else out[("mixing_qmc", E.DEFAULT_NUM_POINTS)])
     h, se = _mc(lw, m, t)
@@ -304,8 +304,10 @@ def render(rows, skipped, timing, orders, N, dims, args, t_acc):
              f"{args.seps}.\n")
     # headline: default
     L.append("## The default (`auto`) and its parts, worst error per dimension\n")
-    L.append(f"`auto` is `legendre` (order {N}) for d <= {E.LEGENDRE_DEFAULT_MAX_DIM} and `mixing_qmc` "
-             f"({E.DEFAULT_NUM_POINTS} points per component) beyond. Each cell: the error of largest "
+    rule = (f"`legendre` (order {N}) for d <= {E.LEGENDRE_DEFAULT_MAX_DIM} and `mixing_qmc` "
+            f"({E.DEFAULT_NUM_POINTS} points per component) beyond" if E.LEGENDRE_DEFAULT_MAX_DIM > 0
+            else f"`mixing_qmc` ({E.DEFAULT_NUM_POINTS} points per component) in every dimension")
+    L.append(f"`auto` is {rule}. Each cell: the error of largest "
              "magnitude over the mixtures of that dimension, and which mixture it is.\n")
     heads = [("auto", None, "auto (default)"), ("legendre", N, f"legendre {N}"),
              ("mixing_qmc", E.DEFAULT_NUM_POINTS, f"mixing_qmc {E.DEFAULT_NUM_POINTS}"),

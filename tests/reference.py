@@ -150,3 +150,107 @@ def random_mixture(d, K, sep, seed):
     if K == 1:
         locs[:] = 0.0
     return logits, locs, tril
+
+
+def _log_mixture_density_chol(x, weights, locs, trils):
+    """ln p(x) for points x (S, d) of a mixture with Cholesky factors trils (K, d, d), float64,
+    NumPy only: per component one matrix product with L^-1 (a division when every factor is
+    diagonal)."""
+    K, d = locs.shape
+    log_w = np.log(np.asarray(weights, float))
+    diag = np.diagonal(trils, axis1=1, axis2=2)
+    log_det = np.sum(np.log(np.abs(diag)), axis=1)
+    is_diag = bool(np.all(trils == diag[:, :, None] * np.eye(d)))
+    lc = np.empty((len(x), K))
+    for k in range(K):
+        if is_diag:
+            z = (x - locs[k]) / diag[k]
+        else:
+            z = (x - locs[k]) @ np.linalg.inv(trils[k]).T
+        lc[:, k] = log_w[k] - log_det[k] - 0.5 * (d * math.log(2 * math.pi) + np.sum(z * z, -1))
+    return logsumexp(lc, axis=1)
+
+
+def entropy_gauss_hermite(weights, locs, trils, n=200):
+    """Entropy ``-sum_i w_i E_{N_i}[ln p(X)]`` with each expectation by a tensor Gauss-Hermite
+    rule of ``n`` nodes per axis in that component's own coordinates ``x = mu_i + L_i z``
+    (NumPy ``hermgauss``; d = 1, 2). A narrow component inside a wide one is resolved in its
+    own coordinates, unlike a grid in x."""
+    weights, locs, trils = (np.asarray(a, float) for a in (weights, locs, trils))
+    K, d = locs.shape
+    t, gw = np.polynomial.hermite.hermgauss(n)
+    z = np.sqrt(2.0) * np.stack(np.meshgrid(*([t] * d), indexing="ij"), -1).reshape(-1, d)
+    wq = np.prod(np.stack(np.meshgrid(*([gw] * d), indexing="ij"), -1).reshape(-1, d), -1) / math.pi ** (d / 2)
+    h = 0.0
+    for w, mu, L in zip(weights, locs, trils):
+        if w == 0:
+            continue
+        h -= w * float(np.sum(wq * _log_mixture_density_chol(mu + z @ L.T, weights, locs, trils)))
+    return h
+
+
+def entropy_monte_carlo_chol(weights, locs, trils, draws_per_component=2**14, seed=0):
+    """``(H, se)`` as :func:`entropy_monte_carlo` (control variates ``ln p - ln N_i``, stratified
+    by component), vectorised for Cholesky factors and large d (NumPy only)."""
+    weights, locs, trils = (np.asarray(a, float) for a in (weights, locs, trils))
+    rng = np.random.default_rng(seed)
+    K, d = locs.shape
+    est, var = 0.0, 0.0
+    for w, mu, L in zip(weights, locs, trils):
+        if w == 0:
+            continue
+        z = rng.standard_normal((draws_per_component, d))
+        x = mu + z @ L.T
+        log_ni = -np.sum(np.log(np.abs(np.diag(L)))) - 0.5 * (d * math.log(2 * math.pi) + np.sum(z * z, -1))
+        g = _log_mixture_density_chol(x, weights, locs, trils) - log_ni
+        h_i = 0.5 * d * math.log(2 * math.pi * math.e) + np.sum(np.log(np.abs(np.diag(L))))
+        est += w * (h_i - g.mean())
+        var += w**2 * g.var(ddof=1) / draws_per_component
+    return float(est), float(math.sqrt(var))
+
+
+def hard_mixture(name, d, K, seed=0):
+    """``(logits, locs, scale_tril)`` of the hard families of benchmarks/hard_cases.py (float64).
+
+    * ``spike``: component 0 wide (sd 1), the others narrow (sd 1e-3) near its centre
+      (offsets 0.3 N(0, I)), equal weights;
+    * ``spike_light``: the same with the narrow components' total weight 1e-3;
+    * ``weights``: weights 1e-6 .. 1 (log-spaced), unit covariances, means 1.5 N(0, I) / sqrt(2);
+    * ``thin``: thin ellipses, covariance condition number 1e4 (sds 1 and 1e-2 along random
+      orthogonal axes; in d > 2 the first axis 1, the rest 1e-2), means 0.5 N(0, I);
+    * ``overlap``: identity covariances, means 0.25 N(0, I) / sqrt(2) (heavy overlap: the
+      mixing term is largest);
+    * ``two``: the README's example, N(-1, 1) and N(1, 1) in d = 1 (K = 2).
+    """
+    rng = np.random.default_rng(seed)
+    eye = np.broadcast_to(np.eye(d), (K, d, d)).copy()
+    logits = np.zeros(K)
+    locs = np.zeros((K, d))
+    tril = eye
+    if name in ("spike", "spike_light"):
+        sd = np.full(K, 1e-3)
+        sd[0] = 1.0
+        tril = eye * sd[:, None, None]
+        locs[1:] = 0.3 * rng.normal(size=(K - 1, d))
+        if name == "spike_light":
+            logits[1:] = math.log(1e-3 / (K - 1))
+    elif name == "weights":
+        logits = np.log(np.logspace(-6, 0, K))
+        locs = 1.5 * rng.normal(size=(K, d)) / math.sqrt(2)
+    elif name == "thin":
+        sds = np.full(d, 1e-2)
+        sds[0] = 1.0
+        tril = np.empty((K, d, d))
+        for k in range(K):
+            q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+            tril[k] = np.linalg.cholesky((q * sds**2) @ q.T + 1e-14 * np.eye(d))
+        locs = 0.5 * rng.normal(size=(K, d))
+    elif name == "overlap":
+        locs = 0.25 * rng.normal(size=(K, d)) / math.sqrt(2)
+    elif name == "two":
+        locs = np.array([[-1.0], [1.0]])
+        logits = np.zeros(2)
+        tril = np.ones((2, 1, 1))
+    else:
+        raise ValueError(name)
+    return logits, locs, tril

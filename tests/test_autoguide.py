@@ -157,7 +157,9 @@ def test_entropy_options_from_guide_and_elbo():
     y = jnp.asarray(0.3, fdtype())
     guides = {}
     for order in (4, 8):
-        g = AutoGaussianMixture(data_model, num_components=2, covariance="diag", entropy_order=order)
+        g = AutoGaussianMixture(
+            data_model, num_components=2, covariance="diag", entropy_method="legendre", entropy_order=order
+        )
         with handlers.seed(rng_seed=0):
             g(y)
         guides[order] = g

@@ -18,6 +18,9 @@ from .distribution import GaussianMixture
 
 __all__ = ["TraceEntropy_ELBO"]
 
+#: Entropy estimators whose points :class:`TraceEntropy_ELBO` shifts randomly per step.
+RANDOMIZABLE_METHODS = ("auto", "mixing_qmc")
+
 
 def _wraps_gaussian_mixture(fn) -> bool:
     """Whether ``fn`` is a GaussianMixture, possibly expanded, masked or made independent."""
@@ -176,10 +179,27 @@ class TraceEntropy_ELBO(ELBO):
     :param dict entropy_options: keyword arguments of ``GaussianMixture.entropy``
         (e.g. ``{"method": "legendre", "order": 6}``); by default the mixture's own
         ``entropy_method`` / ``entropy_order`` are used.
+    :param bool randomize_entropy: when the entropy estimator is the mixing rule (``"auto"``,
+        the default, or ``"mixing_qmc"``) and ``entropy_options`` has no ``key``, pass it a key
+        derived from the step's random key (``random.fold_in(key, 1)``, so the model, guide
+        and component draws are unchanged), so that its points are randomly shifted each
+        step (randomised QMC): the entropy term and its gradient are then unbiased and SVI
+        follows the true ELBO's gradient in expectation. The fixed points (``False``) give a
+        deterministic entropy with a small, fixed gradient bias (docs/accuracy.md,
+        gradient table). Default ``True``.
     """
 
-    def __init__(self, num_particles: int = 1, vectorize_particles=True, entropy_options: dict | None = None):
+    def __init__(
+        self,
+        num_particles: int = 1,
+        vectorize_particles=True,
+        entropy_options: dict | None = None,
+        randomize_entropy: bool = True,
+    ):
         num_particles = check_int("num_particles", num_particles, 1)
+        if not isinstance(randomize_entropy, bool):
+            raise ValueError(f"randomize_entropy must be a bool, got {randomize_entropy!r}")
+        self.randomize_entropy = randomize_entropy
         if entropy_options is None:
             entropy_options = {}
         if not isinstance(entropy_options, dict):
@@ -230,7 +250,11 @@ class TraceEntropy_ELBO(ELBO):
 
             per_component = self._map_components(component_elbo, z)
             weights = jax.nn.softmax(mixture.mixing_distribution.logits, axis=-1)
-            entropy = mixture.entropy(**self.entropy_options)
+            options = dict(self.entropy_options)
+            method = options.get("method") or mixture.entropy_method
+            if self.randomize_entropy and "key" not in options and method in RANDOMIZABLE_METHODS:
+                options["key"] = random.fold_in(key, 1)
+            entropy = mixture.entropy(**options)
             entropy = jnp.sum(scale_and_mask(entropy, site["scale"]))
             return jnp.sum(weights * per_component) + entropy
 

@@ -108,6 +108,56 @@ EMBED_MAX_ENTRIES = 1 << 18
 
 _AXIS = "blocks"
 
+#: Largest number of compositions (pair terms, summed over the powers) one moment evaluation
+#: may take: about 5 s forward and 20 s with the gradient at d <= 2 on one CPU core
+#: (2e8 / 5e7 compositions per second, docs/performance.md), more at higher d.
+MAX_COMPOSITIONS = 1 << 30
+#: Largest estimated peak memory (bytes) of one moment evaluation with its gradient
+#: (:func:`moment_cost`).
+MAX_MOMENT_BYTES = 1 << 31
+
+
+def moment_cost(K: int, d: int, k_max: int, diagonal: bool, itemsize: int, block_size: int = DEFAULT_BLOCK_SIZE):
+    """``(compositions, bytes)``: the number of compositions of ``n = 2..k_max + 1`` into
+    ``K`` parts that :func:`log_moments` evaluates, and an estimate of its peak memory with
+    the gradient, from closed forms only (nothing is allocated).
+
+    Memory: the two half tables hold ``R = C(n_max + K_a, K_a) + C(n_max + K_b, K_b)`` rows
+    (``K_a = ceil(K/2)``, ``K_b = K - K_a``, ``n_max = k_max + 1``); per row the engine keeps
+    the composition counts (``K_a`` int32 and ``K_a`` floats while the rows are summed) and
+    ``F = 3 + d + P`` features (``P = d`` diagonal, ``d(d+1)/2`` full) in the row table, its
+    cotangent and the ``k_max`` Jacobian rows (:func:`_pair_lse`), plus one block of
+    ``block_size`` pairs (a few dozen floats each):
+    ``bytes ~= itemsize (R (2 K_a + F (k_max + 2)) + 64 block_size F)``.
+    """
+    from ..compositions import num_compositions
+
+    n_max = k_max + 1
+    K_a = (K + 1) // 2
+    K_b = K - K_a
+    rows = num_compositions(n_max, K_a + 1) + num_compositions(n_max, K_b + 1)
+    comps = sum(num_compositions(n, K) for n in range(2, n_max + 1))
+    F = 3 + d + (d if diagonal else d * (d + 1) // 2)
+    nbytes = itemsize * (rows * (2 * K_a + F * (k_max + 2)) + 64 * block_size * F)
+    return comps, nbytes
+
+
+def check_moment_cost(K: int, d: int, k_max: int, diagonal: bool, itemsize: int, block_size: int = DEFAULT_BLOCK_SIZE):
+    """Raise ``ValueError`` (before anything is allocated) when :func:`log_moments` would
+    evaluate more than :data:`MAX_COMPOSITIONS` compositions or need more than
+    :data:`MAX_MOMENT_BYTES` (estimated by :func:`moment_cost`)."""
+    comps, nbytes = moment_cost(K, d, k_max, diagonal, itemsize, block_size)
+    if comps > MAX_COMPOSITIONS or nbytes > MAX_MOMENT_BYTES:
+        raise ValueError(
+            f"the power moments for K={K} components, order={k_max} (d={d}) need {comps:.3g} "
+            f"compositions and about {nbytes / 2**30:.3g} GiB with the gradient, beyond the "
+            f"limits of {MAX_COMPOSITIONS:.3g} compositions and {MAX_MOMENT_BYTES / 2**30:.3g} GiB "
+            "(the count grows as C(order + K, K - 1)). Lower the order, or use "
+            "method='auto' / 'mixing_qmc' (cost O(K^2 M d), no series) or the closed-form bounds."
+        )
+    return comps, nbytes
+
+
 
 def _devices() -> list:
     """The devices the block axis is split across (all that JAX sees)."""
@@ -538,10 +588,15 @@ def log_moments(
 
     Returns:
       ``ln a`` (scalar) and the log moments, shape ``(k_max,)``.
+
+    Raises:
+      ValueError: before allocating, when the evaluation would exceed
+        :data:`MAX_COMPOSITIONS` or :data:`MAX_MOMENT_BYTES` (:func:`check_moment_cost`).
     """
     K, d = locs.shape
     diagonal = scale is not None
     n_min, n_max = 2, k_max + 1
+    check_moment_cost(K, d, k_max, diagonal, jnp.dtype(locs.dtype).itemsize, block_size)
     sched = pair_schedule(n_min, n_max, K, block_size)
     K_a = sched.K_a
 

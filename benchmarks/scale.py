@@ -1,0 +1,206 @@
+"""Time and memory of the default entropy at scale, and SVI step time against NumPyro's guides.
+
+Part 1 (``--part entropy``): for K in {2, 8, 32, 128} x d in {2, 10, 100, 1000} x {full, diag},
+``GaussianMixture(...).entropy()`` (the default, ``auto``) under ``jax.jit``: first call
+(compilation + one run) and per-call time (best of ``--repeats``) of the value and of
+``jax.value_and_grad`` with respect to logits, means and factors, and the peak memory XLA
+plans for the call (``compiled.memory_analysis()``: arguments + outputs + temporaries).
+Configurations whose work ``K^2 M d^2`` (full) exceeds ``--max-flops`` are skipped (listed).
+
+Part 2 (``--part svi``): one ``SVI.update`` step, best of ``--steps``, on the model
+``z ~ N(0, I_d)``, ``y ~ N(z, 1)`` (100 observations per coordinate... one vector), for
+``AutoGaussianMixture(K=4)`` + ``TraceEntropy_ELBO`` (full covariances for d <= 100, diagonal
+at every d) and ``AutoMultivariateNormal`` / ``AutoLowRankMultivariateNormal`` (rank 4) +
+``Trace_ELBO``, side by side in one run; and the share of the mixture's step spent in its
+entropy (value and gradient of the entropy alone, same parameters).
+
+``python benchmarks/scale.py [--part entropy|svi|all] [--write]`` writes its tables between
+``<!-- scale:begin -->`` / ``<!-- scale:end -->`` in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import numpyro  # noqa: E402
+import numpyro.distributions as dist  # noqa: E402
+from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
+from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoMultivariateNormal  # noqa: E402
+
+from numpyro_gmm import AutoGaussianMixture, GaussianMixture, TraceEntropy_ELBO  # noqa: E402
+from numpyro_gmm._kernels.mixing import DEFAULT_NUM_POINTS  # noqa: E402
+
+
+def best(f, *a, repeats=3):
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(f(*a))
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def peak_bytes(jitted, *a):
+    m = jitted.lower(*a).compile().memory_analysis()
+    if m is None:
+        return float("nan")
+    return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+
+
+def mixture_params(K, d, cov, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    logits = jnp.asarray(0.5 * rng.normal(size=K), dtype)
+    locs = jnp.asarray(rng.normal(size=(K, d)), dtype)
+    if cov == "diag":
+        factor = jnp.asarray(rng.uniform(0.6, 1.4, (K, d)), dtype)
+    else:
+        factor = jnp.asarray(np.eye(d) * rng.uniform(0.6, 1.4, (K, 1, d)), dtype)
+    return logits, locs, factor
+
+
+def entropy_fn(cov):
+    if cov == "diag":
+        return lambda lg, m, f: GaussianMixture(m, scale=f, logits=lg).entropy()
+    return lambda lg, m, f: GaussianMixture(m, scale_tril=f, logits=lg).entropy()
+
+
+def part_entropy(a, dtype):
+    rows, skipped = [], []
+    M = DEFAULT_NUM_POINTS
+    for cov in ("diag", "full"):
+        for d in (2, 10, 100, 1000):
+            for K in (2, 8, 32, 128):
+                flops = K * K * M * (d * d if cov == "full" else d)
+                if flops > a.max_flops:
+                    skipped.append((K, d, cov, flops))
+                    continue
+                args = mixture_params(K, d, cov, dtype)
+                f = entropy_fn(cov)
+                out = [K, d, cov]
+                for g in (f, jax.value_and_grad(f, argnums=(0, 1, 2))):
+                    j = jax.jit(g)
+                    t = time.perf_counter()
+                    jax.block_until_ready(j(*args))
+                    first = time.perf_counter() - t
+                    per = best(j, *args, repeats=a.repeats)
+                    out += [first, per, peak_bytes(j, *args)]
+                rows.append(out)
+                print(f"K={K:3d} d={d:4d} {cov}: value first {out[3]:.2f} s, per call {1e3 * out[4]:.1f} ms, "
+                      f"{out[5] / 2**20:.1f} MiB | grad first {out[6]:.2f} s, per call {1e3 * out[7]:.1f} ms, "
+                      f"{out[8] / 2**20:.1f} MiB", flush=True)
+    return rows, skipped
+
+
+def svi_model(d):
+    def model(y):
+        z = numpyro.sample("z", dist.Normal(jnp.zeros(d, y.dtype), 1.0).to_event(1))
+        numpyro.sample("y", dist.Normal(z, 1.0).to_event(1), obs=y)
+
+    return model
+
+
+def part_svi(a, dtype):
+    rows = []
+    for d in (10, 100, 1000):
+        y = jnp.asarray(np.random.default_rng(0).normal(size=d), dtype)
+        model = svi_model(d)
+        setups = []
+        for cov in (("full", "diag") if d <= 100 else ("diag",)):
+            setups.append((f"AutoGaussianMixture(K=4, {cov}) + TraceEntropy_ELBO",
+                           AutoGaussianMixture(model, num_components=4, covariance=cov), TraceEntropy_ELBO(), cov))
+        setups.append(("AutoMultivariateNormal + Trace_ELBO", AutoMultivariateNormal(model), Trace_ELBO(), None))
+        setups.append(("AutoLowRankMultivariateNormal(rank 4) + Trace_ELBO",
+                       AutoLowRankMultivariateNormal(model, rank=4), Trace_ELBO(), None))
+        for name, guide, loss, cov in setups:
+            svi = SVI(model, guide, numpyro.optim.Adam(1e-3), loss)
+            state = svi.init(jax.random.PRNGKey(0), y)
+            upd = jax.jit(svi.update)
+            t = time.perf_counter()
+            state, _ = jax.block_until_ready(upd(state, y))
+            first = time.perf_counter() - t
+            ts = []
+            for _ in range(a.steps):
+                t = time.perf_counter()
+                state, _ = jax.block_until_ready(upd(state, y))
+                ts.append(time.perf_counter() - t)
+            step = min(ts)
+            share = None
+            if cov is not None:
+                post = guide.get_posterior(svi.get_params(state))
+                factor = post.scale if cov == "diag" else post.scale_tril
+                lg = post.mixing_distribution.logits
+                key = jax.random.PRNGKey(1)
+                if cov == "diag":
+                    fe = lambda lg, m, f, k: GaussianMixture(m, scale=f, logits=lg).entropy(key=k)  # noqa: E731
+                else:
+                    fe = lambda lg, m, f, k: GaussianMixture(m, scale_tril=f, logits=lg).entropy(key=k)  # noqa: E731
+                je = jax.jit(jax.value_and_grad(fe, argnums=(0, 1, 2)))
+                jax.block_until_ready(je(lg, post.loc, factor, key))
+                share = best(je, lg, post.loc, factor, key, repeats=max(3, a.steps // 4)) / step
+            rows.append((d, name, first, step, share))
+            print(f"d={d:4d} {name}: first {first:.2f} s, step {1e3 * step:.2f} ms"
+                  + ("" if share is None else f", entropy share {100 * share:.0f}%"), flush=True)
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--part", choices=["entropy", "svi", "all"], default="all")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--max-flops", type=float, default=4e10)
+    ap.add_argument("--write", action="store_true")
+    a = ap.parse_args(argv)
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    lines = [f"`python benchmarks/scale.py --part {a.part}` ({np.dtype(dtype).name}; devices {jax.devices()}; "
+             f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f} at the start: a shared, loaded "
+             "machine, so times are upper bounds of what an idle one gives).", ""]
+    if a.part in ("entropy", "all"):
+        rows, skipped = part_entropy(a, dtype)
+        lines += ["**The default entropy** (`GaussianMixture.entropy()`, the mixing rule with "
+                  f"{DEFAULT_NUM_POINTS} points; first call = compilation + one run, per call = best of {a.repeats}; "
+                  "memory = XLA's planned arguments + outputs + temporaries of the call).", "",
+                  "| K | d | cov | value: first call (s) | value: per call (ms) | value: memory (MiB) | "
+                  "value+grad: first call (s) | value+grad: per call (ms) | value+grad: memory (MiB) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for K, d, cov, f1, p1, m1, f2, p2, m2 in rows:
+            lines.append(f"| {K} | {d} | {cov} | {f1:.2f} | {1e3 * p1:.1f} | {m1 / 2**20:.1f} | {f2:.2f} | "
+                         f"{1e3 * p2:.1f} | {m2 / 2**20:.1f} |")
+        if skipped:
+            lines += ["", "Not run (work `K^2 M d^2` above " f"{a.max_flops:.0e} flops, minutes per call here): "
+                      + ", ".join(f"K={K} d={d} {cov} ({fl:.1e})" for K, d, cov, fl in skipped) + "."]
+        lines.append("")
+    if a.part in ("svi", "all"):
+        rows = part_svi(a, dtype)
+        lines += [f"**SVI step** (`jax.jit(svi.update)`, best of {a.steps} steps; model z ~ N(0, I_d), "
+                  "y ~ N(z, 1) with one observed vector; Adam). *entropy share*: value and gradient of the "
+                  "mixture's entropy alone (randomised rule, as the ELBO calls it) over the step time.", "",
+                  "| d | guide + ELBO | first step (s) | step (ms) | entropy share |", "|---|---|---|---|---|"]
+        for d, name, first, step, share in rows:
+            lines.append(f"| {d} | {name} | {first:.2f} | {1e3 * step:.2f} | "
+                         f"{'-' if share is None else f'{100 * share:.0f}%'} |")
+        lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    if a.write:
+        p = ROOT / "docs" / "performance.md"
+        doc = p.read_text()
+        b, e = f"<!-- scale-{a.part}:begin -->", f"<!-- scale-{a.part}:end -->"
+        block = f"{b}\n{text}\n{e}"
+        doc = doc[: doc.index(b)] + block + doc[doc.index(e) + len(e):] if b in doc else doc.rstrip() + "\n\n" + block + "\n"
+        p.write_text(doc)
+
+
+if __name__ == "__main__":
+    main()
