@@ -68,9 +68,9 @@ class AutoGaussianMixture(AutoContinuous):
     call, e.g. ``SVI.init``), deterministically given that call's random key:
 
     1. ``num_init_fits`` (``M``, default ``max(32, 16 K)``) starting points in unconstrained
-       space: the ``init_loc_fn`` point, then alternately a prior draw
-       (``init_to_sample``; ``init_to_uniform`` for improper priors) and a uniform draw in
-       ``(-2, 2)`` per coordinate (``init_to_uniform``);
+       space: the ``init_loc_fn`` point, ``M // 2`` prior draws (``init_to_sample``;
+       ``init_to_uniform`` for improper priors) and ``M - 1 - M // 2`` uniform draws in
+       ``(-2, 2)`` per coordinate (``init_to_uniform``), from keys split off the given one;
     2. from each, a short independent ADVI fit of a *diagonal Gaussian* to the posterior
        (``init_fit_steps`` steps of Adam, learning rate ``init_fit_lr`` decaying linearly
        to a tenth, 2 draws per step, all ``M`` fits in one ``vmap`` / ``lax.scan``;
@@ -78,7 +78,8 @@ class AutoGaussianMixture(AutoContinuous):
     3. among the fits whose ELBO (mean over their last half of steps) is within
        ``init_tolerance`` nats of the best, farthest-point selection of ``K`` fits in the
        standardised distance :math:`\sum_i (m_{ji} - m_{li})^2 / (s_{ji}^2 + s_{li}^2)`,
-       starting from the best (see :mod:`numpyro_gmm._kernels.init_fits`). Fits that found
+       starting from the best, then each choice replaced by the best-scoring eligible fit
+       of its cluster (see :mod:`numpyro_gmm._kernels.init_fits`). Fits that found
        the same mode are close in this metric and fits in different modes far apart, so
        the ``K`` components start on ``K`` different modes whenever the fits found that
        many (of mass down to about ``exp(-init_tolerance)`` times the largest);
@@ -88,8 +89,9 @@ class AutoGaussianMixture(AutoContinuous):
     Cost: ``2 * M * init_fit_steps`` evaluations of the model's log density and its
     gradient, once, vectorised over the ``M`` fits (with the defaults and ``K = 2``: 12,800,
     as many as 6,400 / K steps of ``TraceEntropy_ELBO`` with one particle, but in 200
-    vectorised steps: 0.02 s for a scalar model on one CPU core), plus one compilation of
-    the fits (seconds; compilation, not running, dominates for small models).
+    vectorised steps: 0.02 s for a scalar model), plus one compilation of the fits, which
+    dominates for small models (25 s for a scalar model on a heavily loaded 2-core
+    machine, where compiling one ``TraceEntropy_ELBO`` update took 48 s).
     ``init_method="spread"`` is the cheap alternative: all components around the
     ``init_loc_fn`` point (centred offsets of root-mean-square norm ``init_spread``, the
     vertices of a regular simplex for ``K <= latent_dim + 1``), which finds one mode only
