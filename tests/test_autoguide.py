@@ -70,7 +70,7 @@ def marginal_sd(params, covariance):
 @pytest.mark.parametrize("covariance", ["full", "diag"])
 @pytest.mark.parametrize("K", [1, 3])
 def test_initial_parameters(covariance, K):
-    guide = make_guide(num_components=K, covariance=covariance, init_scale=0.2)
+    guide = make_guide(num_components=K, covariance=covariance, init_scale=0.2, init_method="spread")
     params = init_params(guide)
     factor = "auto_scale_tril" if covariance == "full" else "auto_scale"
     assert set(params) == {"auto_logits", "auto_locs", factor}

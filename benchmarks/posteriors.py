@@ -1,0 +1,548 @@
+"""Posterior quality on multimodal models: AutoGaussianMixture with its defaults against
+NumPyro's guides, SVGD and NUTS.
+
+Every model has a reference posterior that does not come from any of the methods: exact
+by symmetry or conjugacy, or by quadrature on a grid (1-D, 2-D or 3-D, fine enough that
+the reported masses do not change in the third decimal when the grid is refined). Per
+model and method the script reports
+
+* **mode-mass error**: the posterior is split into the regions of its modes (the sign of
+  the bimodal coordinate(s), or of ``mu_1 - mu_2`` for exchangeable cluster means); the
+  error of a fit is ``max over modes |mass of the fit's draws in the mode - true mass|``.
+  A fit "finds the modes" when this is ``<= 0.15``;
+* **energy distance** (Szekely and Rizzo 2013) between 1,000 of the method's draws and
+  1,000 reference draws, after standardising every coordinate by the reference standard
+  deviation (0 for identical distributions);
+* **ELBO** of the final guide (SVI methods): ``TraceEntropy_ELBO`` for
+  AutoGaussianMixture (its entropy is the default estimator's, accurate to about 0.01
+  nats, see docs/accuracy.md), ``Trace_ELBO`` for the others, each with 256 particles;
+* **wall time** of the whole fit (compilation included).
+
+The SVI guides (AutoGaussianMixture with ``num_components`` = number of modes and every
+other option at its default, trained by ``TraceEntropy_ELBO()``; AutoNormal,
+AutoMultivariateNormal, AutoLowRankMultivariateNormal and AutoIAFNormal by ``Trace_ELBO()``)
+all run ``--seeds`` seeds (default 10) with ``Adam(--lr)`` for ``--steps`` steps, the seeds
+``vmap``-ped into one compiled program per guide; the table gives the number of seeds that
+found the modes, the median mode-mass error and energy distance over seeds, and the wall
+time of the whole program divided by the number of seeds. SVGD
+(``numpyro.contrib.einstein.SVGD``, RBF kernel, 50 particles) and NUTS (4 chains, started
+by ``init_to_uniform``, ``chain_method="vectorized"``) run once.
+
+The script exits non-zero when AutoGaussianMixture finds the modes in fewer than 9 of 10
+seeds on any model, and prints per model whether its median mode-mass error is the
+smallest of all methods. ``--quick`` runs the three cheapest models with fewer NUTS draws.
+
+Usage::
+
+    python benchmarks/posteriors.py [--quick] [--steps 3000] [--lr 0.02] [--seeds 10]
+        [--svgd-steps N] [--nuts-warmup N] [--nuts-samples N]
+        [--models a,b] [--methods a,b] [--out docs/images] [--json results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from jax import lax
+from numpyro import handlers
+from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
+from numpyro.infer.autoguide import (
+    AutoIAFNormal,
+    AutoLowRankMultivariateNormal,
+    AutoMultivariateNormal,
+    AutoNormal,
+)
+from scipy import stats
+
+from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+# -- models and reference posteriors ---------------------------------------------------
+
+
+@dataclass
+class Problem:
+    name: str
+    model: object
+    num_modes: int
+    description: str
+    flatten: object  # dict of constrained draws -> (n, D) numpy array
+    mode_of: object  # (n, D) -> (n,) int labels in range(num_modes)
+    true_masses: np.ndarray
+    reference: object  # (rng, n) -> (n, D) reference draws
+    quick: bool = False
+    args: tuple = field(default_factory=tuple)
+
+
+def grid_density_1d(log_density, lo, hi, n=200001):
+    """Normalised density of a scalar on a uniform grid (trapezoid-free: cell masses)."""
+    x = np.linspace(lo, hi, n)
+    lp = log_density(x)
+    p = np.exp(lp - lp.max())
+    return x, p / p.sum()
+
+
+def sample_grid(rng, x, p, n):
+    """Draws from cell masses ``p`` on a uniform grid ``x`` (uniform within each cell)."""
+    h = x[1] - x[0]
+    idx = rng.choice(len(x), size=n, p=p)
+    return x[idx] + h * (rng.random(n) - 0.5)
+
+
+def bimodal_log_density(x, prior_loc, prior_scale, y, noise):
+    """``log N(x; prior_loc, prior_scale) + log N(y; x**2, noise)`` up to a constant."""
+    return stats.norm.logpdf(x, prior_loc, prior_scale) + stats.norm.logpdf(y, x**2, noise)
+
+
+def problem_bimodal_gauss():
+    yb = np.array([0.5, -0.3])
+
+    def model():
+        a = numpyro.sample("a", dist.Normal(0.0, 3.0))
+        numpyro.sample("ya", dist.Normal(a**2, 0.5), obs=4.0)
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        numpyro.sample("yb", dist.Normal(b, 1.0).to_event(1), obs=jnp.asarray(yb))
+
+    x, p = grid_density_1d(lambda x: bimodal_log_density(x, 0.0, 3.0, 4.0, 0.5), -6, 6)
+
+    def reference(rng, n):
+        a = sample_grid(rng, x, p, n)
+        b = yb / 2 + rng.standard_normal((n, 2)) / np.sqrt(2)  # conjugate: N(y/2, 1/2)
+        return np.column_stack([a, b])
+
+    return Problem(
+        "bimodal_gauss", model, 2,
+        "a ~ N(0, 3), 4 ~ N(a^2, 0.5); b ~ N(0, I_2), y_b ~ N(b, I_2) (d = 3)",
+        lambda s: np.column_stack([s["a"], s["b"]]), lambda z: (z[:, 0] > 0).astype(int),
+        np.array([0.5, 0.5]), reference, quick=True,
+    )
+
+
+def problem_four_modes():
+    y = np.array([3.0, 2.0])
+
+    def model():
+        z = numpyro.sample("z", dist.Normal(0.0, 2.0).expand([2]).to_event(1))
+        numpyro.sample("y", dist.Normal(z**2, 0.5).to_event(1), obs=jnp.asarray(y))
+
+    grids = [grid_density_1d(lambda x, yj=yj: bimodal_log_density(x, 0.0, 2.0, yj, 0.5), -5, 5) for yj in y]
+
+    def reference(rng, n):  # the posterior factorises over the two coordinates
+        return np.column_stack([sample_grid(rng, x, p, n) for x, p in grids])
+
+    return Problem(
+        "four_modes_2d", model, 4, "z ~ N(0, 2 I_2), (3, 2) ~ N(z^2, 0.5) per coordinate (d = 2)",
+        lambda s: np.asarray(s["z"]), lambda z: (z[:, 0] > 0).astype(int) * 2 + (z[:, 1] > 0).astype(int),
+        np.full(4, 0.25), reference, quick=True,
+    )
+
+
+def mixture_loglik_grid(data, mu1, mu2, sigma):
+    """``sum_i log(0.5 N(x_i; mu1, sigma) + 0.5 N(x_i; mu2, sigma))`` on broadcast grids."""
+    out = 0.0
+    for xi in data:
+        out = out + np.logaddexp(stats.norm.logpdf(xi, mu1, sigma), stats.norm.logpdf(xi, mu2, sigma)) - math.log(2)
+    return out
+
+
+def grid_2d_sampler(log_density, lo, hi, n=801):
+    g = np.linspace(lo, hi, n)
+    m1, m2 = np.meshgrid(g, g, indexing="ij")
+    lp = log_density(m1, m2)
+    p = np.exp(lp - lp.max()).ravel()
+    p = p / p.sum()
+    h = g[1] - g[0]
+
+    def draw(rng, size):
+        idx = rng.choice(p.size, size=size, p=p)
+        i, j = np.unravel_index(idx, m1.shape)
+        return np.column_stack([g[i], g[j]]) + h * (rng.random((size, 2)) - 0.5)
+
+    return draw
+
+
+def problem_label_switching():
+    rng = np.random.default_rng(1)
+    data = np.concatenate([rng.normal(-2.0, 1.0, 15), rng.normal(2.0, 1.0, 15)])
+
+    def model():
+        mu = numpyro.sample("mu", dist.Normal(0.0, 3.0).expand([2]).to_event(1))
+        mix = dist.MixtureSameFamily(dist.Categorical(probs=jnp.full(2, 0.5)), dist.Normal(mu, 1.0))
+        with numpyro.plate("data", data.size):
+            numpyro.sample("x", mix, obs=jnp.asarray(data))
+
+    draw = grid_2d_sampler(
+        lambda m1, m2: mixture_loglik_grid(data, m1, m2, 1.0) + stats.norm.logpdf(m1, 0, 3) + stats.norm.logpdf(m2, 0, 3),
+        -6, 6,
+    )
+    return Problem(
+        "label_switching", model, 2,
+        "mu ~ N(0, 3 I_2), 30 points x_i ~ 0.5 N(mu_1, 1) + 0.5 N(mu_2, 1) (d = 2)",
+        lambda s: np.asarray(s["mu"]), lambda z: (z[:, 0] > z[:, 1]).astype(int),
+        np.array([0.5, 0.5]), draw, quick=True,
+    )
+
+
+def ar1_cov(n, rho):
+    i = np.arange(n)
+    return rho ** np.abs(i[:, None] - i[None])
+
+
+def problem_coupled_d10():
+    cov = ar1_cov(9, 0.7)
+    chol = np.linalg.cholesky(cov)
+
+    def model():
+        z0 = numpyro.sample("z0", dist.Normal(0.0, 2.0))
+        numpyro.sample("y0", dist.Normal(z0**2, 0.5), obs=3.0)
+        numpyro.sample("x", dist.MultivariateNormal(0.8 * z0 * jnp.ones(9), scale_tril=jnp.asarray(chol)))
+
+    x, p = grid_density_1d(lambda x: bimodal_log_density(x, 0.0, 2.0, 3.0, 0.5), -5, 5)
+
+    def reference(rng, n):  # x | z0 is exactly N(0.8 z0 1, cov); z0's marginal on a grid
+        z0 = sample_grid(rng, x, p, n)
+        return np.column_stack([z0, 0.8 * z0[:, None] + rng.standard_normal((n, 9)) @ chol.T])
+
+    return Problem(
+        "coupled_d10", model, 2,
+        "z0 ~ N(0, 2), 3 ~ N(z0^2, 0.5); x ~ N(0.8 z0 1_9, AR(1) rho = 0.7) (d = 10)",
+        lambda s: np.column_stack([s["z0"], s["x"]]), lambda z: (z[:, 0] > 0).astype(int),
+        np.array([0.5, 0.5]), reference,
+    )
+
+
+def problem_unequal():
+    x, p = grid_density_1d(lambda x: bimodal_log_density(x, 0.4, 1.5, 4.0, 1.0), -6, 6)
+    pos = float(p[x > 0].sum())
+
+    def model():
+        z = numpyro.sample("z", dist.Normal(0.4, 1.5))
+        numpyro.sample("y", dist.Normal(z**2, 1.0), obs=4.0)
+
+    return Problem(
+        "unequal_masses", model, 2, f"z ~ N(0.4, 1.5), 4 ~ N(z^2, 1): P(z > 0) = {pos:.3f} by quadrature (d = 1)",
+        lambda s: np.asarray(s["z"])[:, None], lambda z: (z[:, 0] > 0).astype(int),
+        np.array([1 - pos, pos]), lambda rng, n: sample_grid(rng, x, p, n)[:, None], quick=True,
+    )
+
+
+def problem_d50():
+    rng = np.random.default_rng(2)
+    n, k = 100, 49
+    X = rng.standard_normal((n, k))
+    beta_true = rng.standard_normal(k) * 0.5
+    yobs = X @ beta_true + rng.standard_normal(n)
+    # conjugate: beta ~ N(0, I), y ~ N(X beta, I) -> beta | y ~ N(S X^T y, S), S = (I + X^T X)^-1
+    S = np.linalg.inv(np.eye(k) + X.T @ X)
+    mean = S @ X.T @ yobs
+    cholS = np.linalg.cholesky(S)
+    xa, pa = grid_density_1d(lambda x: bimodal_log_density(x, 0.0, 3.0, 4.0, 0.5), -6, 6)
+
+    def model():
+        a = numpyro.sample("a", dist.Normal(0.0, 3.0))
+        numpyro.sample("ya", dist.Normal(a**2, 0.5), obs=4.0)
+        beta = numpyro.sample("beta", dist.Normal(0.0, 1.0).expand([k]).to_event(1))
+        numpyro.sample("y", dist.Normal(jnp.asarray(X) @ beta, 1.0).to_event(1), obs=jnp.asarray(yobs))
+
+    def reference(rng, m):
+        return np.column_stack([sample_grid(rng, xa, pa, m), mean + rng.standard_normal((m, k)) @ cholS.T])
+
+    return Problem(
+        "bimodal_regression_d50", model, 2,
+        "a ~ N(0, 3), 4 ~ N(a^2, 0.5); Bayesian linear regression, 49 coefficients, n = 100 (d = 50)",
+        lambda s: np.column_stack([s["a"], s["beta"]]), lambda z: (z[:, 0] > 0).astype(int),
+        np.array([0.5, 0.5]), reference,
+    )
+
+
+def problem_iris():
+    from sklearn.datasets import load_iris
+
+    data = load_iris().data[:, 2].astype(np.float64)  # petal length (cm), 150 flowers
+    centre = float(data.mean())
+
+    def model():
+        mu = numpyro.sample("mu", dist.Normal(centre, 3.0).expand([2]).to_event(1))
+        sigma = numpyro.sample("sigma", dist.HalfNormal(2.0))
+        mix = dist.MixtureSameFamily(dist.Categorical(probs=jnp.full(2, 0.5)), dist.Normal(mu, sigma))
+        with numpyro.plate("data", data.size):
+            numpyro.sample("x", mix, obs=jnp.asarray(data))
+
+    # 3-D grid on (mu_1, mu_2, sigma) around the two label-switched modes
+    g = np.linspace(0.5, 7.0, 261)
+    s = np.linspace(0.35, 1.2, 86)
+    m1, m2 = np.meshgrid(g, g, indexing="ij")
+    logp = np.empty((g.size, g.size, s.size))
+    for c, sc in enumerate(s):
+        logp[:, :, c] = (mixture_loglik_grid(data, m1, m2, sc) + stats.norm.logpdf(m1, centre, 3) + stats.norm.logpdf(m2, centre, 3)
+                         + stats.halfnorm.logpdf(sc, scale=2.0))
+    p = np.exp(logp - logp.max()).ravel()
+    p /= p.sum()
+    h, hs = g[1] - g[0], s[1] - s[0]
+
+    def reference(rng, n):
+        idx = rng.choice(p.size, size=n, p=p)
+        i, j, c = np.unravel_index(idx, logp.shape)
+        out = np.column_stack([g[i], g[j], s[c]])
+        return out + np.array([h, h, hs]) * (rng.random((n, 3)) - 0.5)
+
+    return Problem(
+        "iris_mixture", model, 2,
+        "iris petal length (150 flowers, scikit-learn): x_i ~ 0.5 N(mu_1, s) + 0.5 N(mu_2, s), "
+        "mu ~ N(mean, 3 I_2), s ~ HalfNormal(2) (d = 3)",
+        lambda s_: np.column_stack([s_["mu"], s_["sigma"]]), lambda z: (z[:, 0] > z[:, 1]).astype(int),
+        np.array([0.5, 0.5]), reference,
+    )
+
+
+PROBLEMS = {
+    f.__name__[len("problem_"):]: f
+    for f in [problem_bimodal_gauss, problem_four_modes, problem_label_switching, problem_coupled_d10, problem_unequal,
+              problem_d50, problem_iris]
+}
+
+
+# -- metrics ----------------------------------------------------------------------------
+
+
+def mode_masses(problem, z):
+    labels = problem.mode_of(z)
+    return np.bincount(labels, minlength=problem.num_modes) / len(labels)
+
+
+def mode_mass_error(problem, z):
+    return float(np.max(np.abs(mode_masses(problem, z) - problem.true_masses)))
+
+
+def energy_distance(x, y, scale):
+    """``2 E|X - Y| - E|X - X'| - E|Y - Y'|`` (V-statistics) on standardised coordinates."""
+    x, y = x / scale, y / scale
+
+    def mean_dist(a, b):
+        return float(np.mean(np.sqrt(np.maximum(np.sum((a[:, None] - b[None]) ** 2, -1), 0.0))))
+
+    return 2 * mean_dist(x, y) - mean_dist(x, x) - mean_dist(y, y)
+
+
+# -- methods ----------------------------------------------------------------------------
+
+SVI_GUIDES = {
+    "AutoGaussianMixture": lambda p: AutoGaussianMixture(p.model, num_components=p.num_modes),
+    "AutoNormal": lambda p: AutoNormal(p.model),
+    "AutoMultivariateNormal": lambda p: AutoMultivariateNormal(p.model),
+    "AutoLowRankMultivariateNormal": lambda p: AutoLowRankMultivariateNormal(p.model),
+    "AutoIAFNormal": lambda p: AutoIAFNormal(p.model),
+}
+
+
+def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws):
+    """All seeds in one jit(vmap) program: ``(draws (S, n, D), elbo (S,), wall seconds)``."""
+    guide = SVI_GUIDES[guide_name](problem)
+    loss = TraceEntropy_ELBO() if guide_name == "AutoGaussianMixture" else Trace_ELBO()
+    eval_loss = TraceEntropy_ELBO(num_particles=256) if guide_name == "AutoGaussianMixture" else Trace_ELBO(num_particles=256)
+    svi = SVI(problem.model, guide, numpyro.optim.Adam(lr), loss)
+    with handlers.block(), handlers.seed(rng_seed=0):
+        guide()  # the prototype (model structure) once, outside the vmap
+
+    def one(key):
+        init_key, run_key, draw_key, eval_key = jax.random.split(key, 4)
+        state = svi.init(init_key)
+        state = state._replace(rng_key=run_key)
+        state, _ = lax.scan(lambda s, _: (svi.update(s)[0], None), state, None, length=steps)
+        params = svi.get_params(state)
+        draws = guide.sample_posterior(draw_key, params, sample_shape=(num_draws,))
+        elbo = -eval_loss.loss(eval_key, params, problem.model, guide)
+        return draws, elbo
+
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds))
+    t0 = time.perf_counter()
+    draws, elbo = jax.block_until_ready(jax.jit(jax.vmap(one))(keys))
+    wall = time.perf_counter() - t0
+    draws = {k: np.asarray(v) for k, v in draws.items()}
+    flat = np.stack([problem.flatten({k: v[s] for k, v in draws.items()}) for s in range(len(seeds))])
+    return flat, np.asarray(elbo), wall
+
+
+def fit_svgd(problem, steps, lr, num_particles=50):
+    from numpyro.contrib.einstein import SVGD, RBFKernel
+
+    svgd = SVGD(problem.model, numpyro.optim.Adam(lr), RBFKernel(), num_stein_particles=num_particles)
+    t0 = time.perf_counter()
+    result = svgd.run(jax.random.PRNGKey(0), steps, progress_bar=False)
+    params = jax.block_until_ready(result.params)
+    wall = time.perf_counter() - t0
+    draws = {}
+    for key, value in params.items():
+        name = key[: -len("_auto_loc")] if key.endswith("_auto_loc") else key
+        draws[name] = np.asarray(value)
+    return problem.flatten(draws), wall
+
+
+def fit_nuts(problem, num_warmup, num_samples, num_chains=4):
+    mcmc = MCMC(NUTS(problem.model), num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                chain_method="vectorized", progress_bar=False)
+    t0 = time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(0))
+    samples = jax.block_until_ready(mcmc.get_samples())
+    wall = time.perf_counter() - t0
+    return problem.flatten({k: np.asarray(v) for k, v in samples.items()}), wall
+
+
+# -- driver -----------------------------------------------------------------------------
+
+ALL_METHODS = list(SVI_GUIDES) + ["SVGD", "NUTS"]
+
+
+def run_problem(problem, methods, args, rng):
+    ref = problem.reference(rng, 20000)
+    scale = ref.std(0)
+    ref_sub = ref[rng.choice(len(ref), 1000, replace=False)]
+    rows = {}
+    for method in methods:
+        if method in SVI_GUIDES:
+            flat, elbo, wall = fit_svi_seeds(problem, method, list(range(args.seeds)), args.steps, args.lr, 2000)
+            errors = np.array([mode_mass_error(problem, f) for f in flat])
+            energies = np.array([energy_distance(f[:1000], ref_sub, scale) for f in flat])
+            rows[method] = dict(found=int(np.sum(errors <= 0.15)), runs=len(flat), error=float(np.median(errors)),
+                                energy=float(np.median(energies)), elbo=float(np.median(elbo)), wall=wall / len(flat),
+                                errors=errors.tolist(), masses=[mode_masses(problem, f).tolist() for f in flat])
+        elif method == "SVGD":
+            flat, wall = fit_svgd(problem, args.svgd_steps, args.lr)
+            err = mode_mass_error(problem, flat)
+            rows[method] = dict(found=int(err <= 0.15), runs=1, error=err, energy=energy_distance(flat, ref_sub, scale),
+                                elbo=None, wall=wall, masses=[mode_masses(problem, flat).tolist()])
+        elif method == "NUTS":
+            flat, wall = fit_nuts(problem, args.nuts_warmup, args.nuts_samples)
+            err = mode_mass_error(problem, flat)
+            sub = flat[rng.choice(len(flat), min(1000, len(flat)), replace=False)]
+            rows[method] = dict(found=int(err <= 0.15), runs=1, error=err, energy=energy_distance(sub, ref_sub, scale),
+                                elbo=None, wall=wall, masses=[mode_masses(problem, flat).tolist()])
+        r = rows[method]
+        elbo = "" if r["elbo"] is None else f"{r['elbo']:9.3f}"
+        print(f"  {method:30s} found {r['found']:2d}/{r['runs']:<2d} error {r['error']:.3f} "
+              f"energy {r['energy']:.3f} elbo {elbo:>9s} wall {r['wall']:7.2f} s", flush=True)
+    return rows
+
+
+def markdown_table(results, problems):
+    lines = []
+    for name, rows in results.items():
+        p = problems[name]
+        lines.append(f"**{name}**: {p.description}; true mode masses {np.round(p.true_masses, 3).tolist()}\n")
+        lines.append("| method | found the modes | mode-mass error | energy distance | ELBO | wall time (s) |")
+        lines.append("|---|---|---|---|---|---|")
+        for method, r in rows.items():
+            elbo = "" if r["elbo"] is None else f"{r['elbo']:.3f}"
+            lines.append(f"| {method} | {r['found']}/{r['runs']} | {r['error']:.3f} | {r['energy']:.3f} | {elbo} | {r['wall']:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def make_figure(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    methods = list(next(iter(results.values())))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.5 * len(names) * len(methods) / 3 + 2.5))
+    height = 0.8 / len(methods)
+    for m, method in enumerate(methods):
+        pos = np.arange(len(names)) + m * height
+        axes[0].barh(pos, [results[n][method]["error"] if method in results[n] else np.nan for n in names], height, label=method)
+        axes[1].barh(pos, [results[n][method]["energy"] if method in results[n] else np.nan for n in names], height, label=method)
+    for ax, title in zip(axes, ["mode-mass error (median over seeds)", "energy distance to the reference"]):
+        ax.set_yticks(np.arange(len(names)) + 0.4 - height / 2)
+        ax.set_yticklabels(names)
+        ax.invert_yaxis()
+        ax.set_title(title)
+    axes[0].axvline(0.15, color="k", ls=":", lw=1)
+    axes[1].set_xscale("log")
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    print(f"wrote {path}")
+
+
+def check_claims(results):
+    """``(failures, notes)``: failures are models where AutoGaussianMixture found the modes in
+    fewer than 9 of 10 seeds (the script then exits non-zero); notes say, per model, whether
+    its median mode-mass error is the smallest of all methods (reported, not enforced: one
+    NUTS or SVGD run can hit the symmetric masses by luck)."""
+    failures, notes = [], []
+    for name, rows in results.items():
+        if "AutoGaussianMixture" not in rows:
+            continue
+        r = rows["AutoGaussianMixture"]
+        if r["found"] < math.ceil(0.9 * r["runs"]):
+            failures.append(f"{name}: AutoGaussianMixture found the modes in {r['found']}/{r['runs']} seeds (< 9/10)")
+        best = min(rows, key=lambda m: rows[m]["error"])
+        if best == "AutoGaussianMixture" or rows[best]["error"] >= r["error"]:
+            notes.append(f"{name}: AutoGaussianMixture has the smallest median mode-mass error ({r['error']:.3f})")
+        else:
+            notes.append(f"{name}: {best}'s mode-mass error {rows[best]['error']:.3f} < AutoGaussianMixture's {r['error']:.3f}")
+    return failures, notes
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--lr", type=float, default=0.02)
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--models", default=None, help="comma-separated subset of " + ",".join(PROBLEMS))
+    parser.add_argument("--methods", default=None, help="comma-separated subset of " + ",".join(ALL_METHODS))
+    parser.add_argument("--svgd-steps", type=int, default=None, help="SVGD steps (default: --steps)")
+    parser.add_argument("--nuts-warmup", type=int, default=None)
+    parser.add_argument("--nuts-samples", type=int, default=None)
+    parser.add_argument("--out", default=None, help="folder for the figure (none: no figure)")
+    parser.add_argument("--json", default=None, help="write the results to this file")
+    args = parser.parse_args(argv)
+    args.svgd_steps = args.svgd_steps or args.steps
+    args.nuts_warmup = args.nuts_warmup or (300 if args.quick else 1000)
+    args.nuts_samples = args.nuts_samples or (300 if args.quick else 1000)
+    names = args.models.split(",") if args.models else [n for n, f in PROBLEMS.items() if not args.quick or f().quick]
+    methods = args.methods.split(",") if args.methods else ALL_METHODS
+    print(f"jax {jax.__version__} numpyro {numpyro.__version__} backend {jax.default_backend()} "
+          f"float64 {jax.config.jax_enable_x64}; steps {args.steps}, Adam({args.lr}), {args.seeds} seeds")
+    rng = np.random.default_rng(0)
+    problems, results = {}, {}
+    for name in names:
+        problems[name] = PROBLEMS[name]()
+        print(f"{name}: {problems[name].description}; true masses {np.round(problems[name].true_masses, 3).tolist()}", flush=True)
+        results[name] = run_problem(problems[name], methods, args, rng)
+    print()
+    print(markdown_table(results, problems))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        make_figure(results, os.path.join(args.out, "posteriors.png"))
+    failures, notes = check_claims(results)
+    for n in notes:
+        print("note:", n)
+    for f in failures:
+        print("CLAIM FAILED:", f)
+    if failures:
+        sys.exit(1)
+    print("all claims hold")
+
+
+if __name__ == "__main__":
+    main()

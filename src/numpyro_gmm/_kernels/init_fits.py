@@ -1,0 +1,133 @@
+r"""Short independent Gaussian fits from spread starting points, and a greedy choice of
+well-separated ones: the initialisation of :class:`~numpyro_gmm.AutoGaussianMixture`.
+
+**Fits.** From ``M`` starting points :math:`m_j^{(0)}` each of ``M`` diagonal Gaussians
+:math:`q_j = \mathcal N(m_j, \operatorname{diag}(s_j^2))` maximises its own ELBO
+
+.. math::
+
+    \mathcal L_j = \mathbb E_{\varepsilon \sim \mathcal N(0, I)}
+    \big[-U(m_j + s_j \odot \varepsilon)\big] + \sum_i \log s_{ji} + \text{const},
+
+(``U`` the potential, minus the log joint density in unconstrained space), estimated with
+``P`` reparameterised draws per step (ADVI: Kucukelbir, Tran, Ranganath, Gelman, Blei,
+*Automatic differentiation variational inference*, JMLR 2017), by ``T`` steps of Adam
+(Kingma and Ba, ICLR 2015) on :math:`(m_j, \log s_j)` with a learning rate that decays
+linearly from ``lr`` to ``lr / 10``. All ``M`` fits run at once (``vmap``) inside one
+``lax.scan``; shapes are static. A non-finite gradient is replaced by zero and a
+non-finite ELBO estimate counts as ``-inf``. Each fit returns the means of its iterates
+:math:`(m_j, \log s_j)` over the last half of the steps (Polyak-Ruppert averaging, which
+removes most of the optimiser's noise) and, as its score, the mean of its ELBO estimates
+over those steps (without the constant :math:`\tfrac d2 (1 + \log 2\pi)`). Cost: ``M * P * T`` evaluations of
+``U`` and its gradient.
+
+**Choice.** Among the fits whose score is within ``tolerance`` nats of the best, the first
+chosen is the best; each next one maximises the smallest standardised distance to those
+already chosen,
+
+.. math::
+
+    D(j, l)^2 = \sum_i \frac{(m_{ji} - m_{li})^2}{s_{ji}^2 + s_{li}^2}
+
+(farthest-point selection, Gonzalez, *Clustering to minimize the maximum intercluster
+distance*, TCS 1985, under a Mahalanobis-type metric). Fits that converged to the same mode
+are at distance ``O(1)`` or less, fits in different modes at the modes' separation in units
+of their widths, so ``K`` choices land on ``K`` different modes whenever the fits found at
+least ``K`` modes with scores within ``tolerance`` of the best. Farthest points are the
+extremes of their modes, so each choice is finally replaced by the best-scoring eligible
+fit of its cluster (the eligible fits nearer to it than to the other choices). A mode whose fits score
+``tolerance`` nats below the best has, in the Gaussian approximation, a mass about
+``exp(-tolerance)`` times the best's.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax, random
+
+Array = jnp.ndarray
+
+
+def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array, key, *, num_steps: int,
+                           learning_rate: float, num_particles: int):
+    """``M`` independent diagonal-Gaussian ADVI fits (see the module docstring).
+
+    :param potential_fn: ``(d,) -> ()``, minus the log joint density.
+    :param init_locs: ``(M, d)`` starting means.
+    :param init_log_scale: ``(M, d)`` or broadcastable starting log standard deviations.
+    :param key: PRNG key.
+    :return: ``(locs (M, d), scales (M, d), scores (M,))``.
+    """
+    M, d = init_locs.shape
+    dtype = init_locs.dtype
+    init_log_scale = jnp.broadcast_to(jnp.asarray(init_log_scale, dtype), (M, d))
+
+    def neg_elbo(params, eps):  # one fit; eps (P, d)
+        loc, log_scale = params
+        z = loc + jnp.exp(log_scale) * eps
+        energy = jnp.mean(jax.vmap(potential_fn)(z))
+        return energy - jnp.sum(log_scale)
+
+    value_and_grad = jax.vmap(jax.value_and_grad(neg_elbo))
+    b1, b2, tiny = 0.9, 0.999, 1e-8
+    half = num_steps // 2
+
+    def step(state, inputs):
+        params, m, v, score_sum, avg = state
+        t, step_key = inputs
+        eps = random.normal(step_key, (M, num_particles, d), dtype)
+        loss, grads = value_and_grad(params, eps)
+        grads = tuple(jnp.where(jnp.isfinite(g), g, 0.0) for g in grads)
+        loss = jnp.where(jnp.isfinite(loss), loss, jnp.inf)
+        m = tuple(b1 * mi + (1 - b1) * g for mi, g in zip(m, grads))
+        v = tuple(b2 * vi + (1 - b2) * g * g for vi, g in zip(v, grads))
+        tf = (t + 1).astype(dtype)
+        lr = learning_rate * (1.0 - 0.9 * t.astype(dtype) / num_steps)
+        corr = jnp.sqrt(1 - b2**tf) / (1 - b1**tf)
+        params = tuple(p - lr * corr * mi / (jnp.sqrt(vi) + tiny) for p, mi, vi in zip(params, m, v))
+        late = t >= half
+        score_sum = score_sum + jnp.where(late, -loss, 0.0)
+        avg = tuple(a + jnp.where(late, p, 0.0) for a, p in zip(avg, params))
+        return (params, m, v, score_sum, avg), None
+
+    params = (init_locs, init_log_scale)
+    zeros = (jnp.zeros_like(init_locs), jnp.zeros_like(init_log_scale))
+    state = (params, zeros, zeros, jnp.zeros(M, dtype), zeros)
+    inputs = (jnp.arange(num_steps), random.split(key, num_steps))
+    (_, _, _, score_sum, avg), _ = lax.scan(step, state, inputs)
+    count = max(num_steps - half, 1)
+    locs, log_scale = (a / count for a in avg)
+    scores = score_sum / count
+    scores = jnp.where(jnp.isfinite(scores), scores, -jnp.inf)
+    return locs, jnp.exp(log_scale), scores
+
+
+def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int, tolerance: float) -> Array:
+    """Indices ``(num_chosen,)`` of well-separated fits (see the module docstring).
+
+    :param locs: ``(M, d)``; :param scales: ``(M, d)``; :param scores: ``(M,)``.
+    """
+    best = jnp.argmax(scores)
+    eligible = scores >= scores[best] - tolerance
+    chosen = [best]
+    min_dist = jnp.full(scores.shape, jnp.inf, locs.dtype)
+    taken = jnp.zeros(scores.shape, bool).at[best].set(True)
+    for _ in range(num_chosen - 1):
+        last = chosen[-1]
+        d2 = jnp.sum((locs - locs[last]) ** 2 / (scales**2 + scales[last] ** 2), axis=-1)
+        min_dist = jnp.minimum(min_dist, d2)
+        far = jnp.where(eligible & ~taken, min_dist, -jnp.inf)
+        # fewer eligible fits than choices: the best-scoring fit not taken yet
+        fallback = jnp.argmax(jnp.where(taken, -jnp.inf, scores))
+        nxt = jnp.where(jnp.any(eligible & ~taken), jnp.argmax(far), fallback)
+        taken = taken.at[nxt].set(True)
+        chosen.append(nxt)
+    chosen = jnp.stack(chosen)
+    # farthest points are the extremes of their modes: replace each by the best-scoring
+    # eligible fit of its cluster (the fits nearest to it among the chosen)
+    d2 = jnp.sum((locs[:, None] - locs[chosen][None]) ** 2 / (scales[:, None] ** 2 + scales[chosen][None] ** 2), -1)
+    cluster = jnp.argmin(d2, axis=1)  # (M,)
+    member = eligible[:, None] & (cluster[:, None] == jnp.arange(num_chosen)[None])  # (M, K)
+    best_member = jnp.argmax(jnp.where(member, scores[:, None], -jnp.inf), axis=0)
+    return jnp.where(jnp.any(member, axis=0), best_member, chosen)

@@ -1,0 +1,242 @@
+"""AutoGaussianMixture's default initialisation (short independent fits, farthest-point
+choice) and the success criterion of issue 14: with only ``num_components`` set, every
+mode's mass within 0.15 of the truth in at least 9 of 10 seeds.
+
+References: the true mode masses come from symmetry (a symmetric prior under
+``y ~ N(a**2, s)``) or from SciPy quadrature of the one-dimensional posterior
+(``scipy.integrate.quad``); the fitted Gaussian of the kernel test is the closed-form ADVI
+optimum for a Gaussian target (the target itself, with ELBO = log Z = 0).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from jax import lax
+from numpyro import handlers
+from numpyro.infer import SVI, Predictive
+from scipy import integrate, stats
+
+from conftest import X64
+from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
+from numpyro_gmm._kernels.init_fits import choose_separated, fit_diagonal_gaussians
+
+
+def bimodal_model():
+    """The issue's model: two symmetric modes of mass 1/2 at a = +-2."""
+    a = numpyro.sample("a", dist.Normal(0.0, 3.0))
+    numpyro.sample("y", dist.Normal(a**2, 0.5), obs=4.0)
+
+
+def unequal_model():
+    """An asymmetric prior under y ~ N(z**2, 1): modes near +-2 of unequal mass."""
+    z = numpyro.sample("z", dist.Normal(0.4, 1.5))
+    numpyro.sample("y", dist.Normal(z**2, 1.0), obs=4.0)
+
+
+def unequal_positive_mass():
+    """P(z > 0) by SciPy quadrature of the unnormalised posterior."""
+    dens = lambda z: stats.norm.pdf(z, 0.4, 1.5) * stats.norm.pdf(4.0, z**2, 1.0)  # noqa: E731
+    pos = integrate.quad(dens, 0, 10, epsabs=1e-13)[0]
+    neg = integrate.quad(dens, -10, 0, epsabs=1e-13)[0]
+    return pos / (pos + neg)
+
+
+def constrained_model():
+    """A bimodal real site beside a positive and a simplex site."""
+    a = numpyro.sample("a", dist.Normal(0.0, 3.0))
+    numpyro.sample("y", dist.Normal(a**2, 0.5), obs=4.0)
+    s = numpyro.sample("s", dist.LogNormal(0.0, 0.5))
+    p = numpyro.sample("p", dist.Dirichlet(jnp.ones(3)))
+    numpyro.sample("obs", dist.Normal(s * p[0], 1.0), obs=0.3)
+
+
+def fitted_guide(model, **kwargs):
+    guide = AutoGaussianMixture(model, **kwargs)
+    with handlers.seed(rng_seed=0):
+        params = handlers.trace(guide).get_trace()
+    params = {k: v["value"] for k, v in params.items() if v["type"] == "param"}
+    return guide, params
+
+
+def positive_mass_over_seeds(model, site, num_seeds, steps, lr):
+    """The fraction of each seed's guide draws with ``site > 0``: ``(num_seeds,)``; all
+    seeds in one jit(vmap) program."""
+    guide = AutoGaussianMixture(model, num_components=2)
+    svi = SVI(model, guide, numpyro.optim.Adam(lr), TraceEntropy_ELBO())
+    with handlers.block(), handlers.seed(rng_seed=0):
+        guide()  # model structure once, outside the vmap
+
+    def one(key):
+        init_key, run_key, draw_key = jax.random.split(key, 3)
+        state = svi.init(init_key)._replace(rng_key=run_key)
+        state, _ = lax.scan(lambda s, _: (svi.update(s)[0], None), state, None, length=steps)
+        draws = guide.sample_posterior(draw_key, svi.get_params(state), sample_shape=(2000,))
+        return jnp.mean(draws[site] > 0)
+
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.arange(num_seeds))
+    return np.asarray(jax.jit(jax.vmap(one))(keys))
+
+
+# -- the success criterion ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["symmetric", "unequal"])
+def test_defaults_find_both_modes_in_nine_of_ten_seeds(name):
+    model, site, truth = {
+        "symmetric": (bimodal_model, "a", 0.5),  # by symmetry
+        "unequal": (unequal_model, "z", unequal_positive_mass()),  # by quadrature
+    }[name]
+    mass = positive_mass_over_seeds(model, site, num_seeds=10, steps=1500, lr=0.05)
+    assert np.sum(np.abs(mass - truth) <= 0.15) >= 9, (mass, truth)
+
+
+@pytest.mark.slow
+def test_defaults_keep_both_modes_short_training():
+    """Four seeds, 300 steps: no seed's guide loses a mode of the issue's model (Adam's
+    noise on the logits is still visible after so few steps, hence the wide window)."""
+    mass = positive_mass_over_seeds(bimodal_model, "a", num_seeds=4, steps=300, lr=0.02)
+    assert np.all((mass > 0.2) & (mass < 0.8)), mass
+
+
+# -- the initialisation -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag"])
+def test_initial_components_on_different_modes(covariance):
+    guide, params = fitted_guide(bimodal_model, num_components=2, covariance=covariance)
+    locs = np.asarray(params["auto_locs"])
+    assert locs.shape == (2, 1)
+    # the modes of p(a | y) are at a = +-sqrt(4 - 0.25/9 * ...) ~ +-2: one component each
+    np.testing.assert_allclose(np.sort(locs[:, 0]), [-2.0, 2.0], atol=0.1)
+    # their standard deviations: that of each half of the posterior (quadrature)
+    dens = lambda a: stats.norm.pdf(a, 0, 3) * stats.norm.pdf(4.0, a**2, 0.5)  # noqa: E731
+    z = integrate.quad(dens, 0, 10)[0]
+    m1 = integrate.quad(lambda a: a * dens(a), 0, 10)[0] / z
+    m2 = integrate.quad(lambda a: a * a * dens(a), 0, 10)[0] / z
+    sd = np.sqrt(m2 - m1**2)
+    if covariance == "full":
+        tril = np.asarray(params["auto_scale_tril"])
+        assert tril.shape == (2, 1, 1)
+        scales = tril[:, 0, 0]
+    else:
+        scales = np.asarray(params["auto_scale"])[:, 0]
+    np.testing.assert_allclose(scales, sd, rtol=0.25)
+    np.testing.assert_array_equal(params["auto_logits"], np.zeros(2))
+
+
+def test_initialisation_deterministic_given_key():
+    def init(seed):
+        guide = AutoGaussianMixture(bimodal_model, num_components=3)
+        with handlers.seed(rng_seed=seed):
+            tr = handlers.trace(guide).get_trace()
+        return {k: np.asarray(v["value"]) for k, v in tr.items() if v["type"] == "param"}
+
+    a, b, c = init(0), init(0), init(1)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert not np.array_equal(a["auto_locs"], c["auto_locs"])
+
+
+def test_starting_points_and_fits_shapes():
+    guide, _ = fitted_guide(constrained_model, num_components=2, num_init_fits=20, init_fit_steps=50)
+    d = guide.latent_dim
+    assert d == 1 + 1 + 2  # a, log s, stick-breaking coordinates of the 3-simplex
+    starts = guide.starting_points(jax.random.PRNGKey(3))
+    assert starts.shape == (20, d)
+    assert np.all(np.isfinite(starts))
+    np.testing.assert_allclose(starts[0], guide._init_latent, rtol=1e-6)  # the init_loc_fn point first
+    # prior draws spread: the bimodal site's N(0, 3) prior is wider than init_to_uniform's (-2, 2)
+    assert np.std(np.asarray(starts[:, 0])) > 1.0
+    locs, scales, chosen, (all_locs, all_scales, scores) = guide.initial_fits(jax.random.PRNGKey(3))
+    assert locs.shape == (2, d) and scales.shape == (2, d) and chosen.shape == (2,)
+    assert all_locs.shape == (20, d) and all_scales.shape == (20, d) and scores.shape == (20,)
+    assert len(set(np.asarray(chosen).tolist())) == 2
+    assert np.all(np.asarray(scales) > 0)
+
+
+def test_constrained_sites_sample_posterior_and_predictive():
+    guide, params = fitted_guide(constrained_model, num_components=2)
+    locs = np.asarray(params["auto_locs"])
+    assert np.all(np.isfinite(locs)) and locs.shape == (2, guide.latent_dim)
+    assert np.sign(locs[0, 0]) != np.sign(locs[1, 0])  # one component per mode of a
+    draws = guide.sample_posterior(jax.random.PRNGKey(1), params, sample_shape=(500,))
+    assert np.all(np.asarray(draws["s"]) > 0)
+    np.testing.assert_allclose(np.asarray(draws["p"]).sum(-1), 1.0, rtol=1e-5)
+    assert 0.2 < float(np.mean(np.asarray(draws["a"]) > 0)) < 0.8
+    pred = Predictive(constrained_model, guide=guide, params=params, num_samples=50)(jax.random.PRNGKey(2))
+    assert pred["obs"].shape == (50,)
+    median = guide.median(params)
+    assert float(median["s"]) > 0
+
+
+def test_init_runs_under_jit():
+    guide = AutoGaussianMixture(bimodal_model, num_components=2)
+    svi = SVI(bimodal_model, guide, numpyro.optim.Adam(0.05), TraceEntropy_ELBO())
+    with handlers.block(), handlers.seed(rng_seed=0):
+        guide()
+    eager = svi.get_params(svi.init(jax.random.PRNGKey(5)))
+    jitted = svi.get_params(jax.jit(svi.init)(jax.random.PRNGKey(5)))
+    tol = 1e-10 if X64 else 1e-4
+    for k in eager:
+        np.testing.assert_allclose(jitted[k], eager[k], atol=tol)
+
+
+def test_spread_method_keeps_components_around_init_point():
+    guide, params = fitted_guide(bimodal_model, num_components=2, init_method="spread", init_scale=0.2)
+    locs = np.asarray(params["auto_locs"])
+    np.testing.assert_allclose(locs.mean(0), guide._init_latent, atol=1e-5)
+    np.testing.assert_allclose(np.sqrt(np.mean(np.sum((locs - locs.mean(0)) ** 2, -1))), 0.6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"init_method": "prior"}, "init_method"),
+        ({"num_init_fits": 1}, "num_init_fits"),
+        ({"init_fit_steps": 0}, "init_fit_steps"),
+        ({"init_fit_lr": 0.0}, "init_fit_lr"),
+        ({"init_tolerance": -1.0}, "init_tolerance"),
+    ],
+)
+def test_bad_init_arguments_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        AutoGaussianMixture(bimodal_model, num_components=2, **kwargs)
+
+
+# -- the kernels --------------------------------------------------------------------------
+
+
+def test_fit_diagonal_gaussians_recovers_gaussian_target():
+    """ADVI on a diagonal Gaussian target: the optimum is the target, ELBO = log Z = 0."""
+    mean = jnp.array([1.0, -2.0, 0.5])
+    sd = jnp.array([0.5, 2.0, 1.0])
+    potential = lambda z: -jnp.sum(jax.scipy.stats.norm.logpdf(z, mean, sd))  # noqa: E731
+    starts = jax.random.normal(jax.random.PRNGKey(0), (8, 3)) * 3.0
+    locs, scales, scores = fit_diagonal_gaussians(
+        potential, starts, jnp.log(0.1), jax.random.PRNGKey(1), num_steps=600, learning_rate=0.05, num_particles=2
+    )
+    assert np.all(np.abs(np.asarray(locs) - np.asarray(mean)) < 0.25 * np.asarray(sd)), locs
+    np.testing.assert_allclose(scales, np.broadcast_to(sd, (8, 3)), rtol=0.15)
+    # the score averages ELBO estimates over the last half of the steps (early ones below 0)
+    d_entropy = 0.5 * 3 * (1 + np.log(2 * np.pi))  # the constant the kernel's ELBO leaves out
+    np.testing.assert_allclose(np.asarray(scores) + d_entropy, 0.0, atol=0.3)
+
+
+def test_choose_separated_picks_farthest_eligible():
+    locs = jnp.array([[0.0], [0.1], [5.0], [-5.0], [20.0]])
+    scales = jnp.ones((5, 1))
+    scores = jnp.array([0.0, -0.1, -1.0, -2.0, -50.0])  # the last is not eligible
+    chosen = np.asarray(choose_separated(locs, scales, scores, 3, tolerance=6.0))
+    assert chosen[0] == 0
+    assert set(chosen[1:].tolist()) == {2, 3}
+    # a farthest point is replaced by the best-scoring fit of its cluster
+    locs2 = jnp.array([[0.0], [5.0], [5.5], [-5.0]])
+    chosen = np.asarray(choose_separated(locs2, jnp.ones((4, 1)), jnp.array([0.0, -0.5, -1.0, -3.0]), 2, 6.0))
+    assert chosen.tolist() == [0, 1]  # 2 is the farthest from 0, 1 the best of its cluster
+    # more choices than eligible fits: the best remaining ones, no repeats
+    chosen = np.asarray(choose_separated(locs, scales, scores, 5, tolerance=0.5))
+    assert sorted(chosen.tolist()) == [0, 1, 2, 3, 4]
