@@ -8,13 +8,14 @@ conversions between parameterisations and the mixture's moments.
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import Array, lax
 from numpyro.distributions import (
     CategoricalLogits,
     CategoricalProbs,
@@ -23,6 +24,7 @@ from numpyro.distributions import (
     MultivariateNormal,
     Normal,
 )
+from numpyro.distributions import constraints
 from numpyro.distributions.batch_util import promote_batch_shape, vmap_over
 from numpyro.distributions.util import cholesky_of_inverse
 from numpyro.util import not_jax_tracer
@@ -39,8 +41,84 @@ ORDERED_METHODS = ("auto", "legendre", "taylor")
 _COVARIANCE_ARGS = ("covariance_matrix", "scale_tril", "precision_matrix", "scale")
 
 
+_WEIGHT_ARGS = ("logits", "probs")
+
+
 def _shape_str(shape):
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _infer_shapes(loc_shape, cov_name, cov_shape, weight_name, weight_shape):
+    """``(batch_shape, K, d)`` from the arguments' shapes; ``ValueError`` naming the
+    argument and the expected shape. Shared by the constructor and ``infer_shapes``."""
+    loc_shape, cov_shape = tuple(loc_shape), tuple(cov_shape)
+    if len(loc_shape) < 2:
+        raise ValueError(f"loc must have shape (..., K, d), got {_shape_str(loc_shape)}")
+    K, d = loc_shape[-2:]
+    if K == 0 or d == 0:
+        raise ValueError(
+            f"loc must have K >= 1 components of dimension d >= 1, got shape {_shape_str(loc_shape)}"
+        )
+    is_diagonal = cov_name == "scale"
+    event_nd = 2 if is_diagonal else 3
+    expected = (K, d) if is_diagonal else (K, d, d)
+    if len(cov_shape) < event_nd or cov_shape[-event_nd:] != expected:
+        lead = "(..., K, d)" if is_diagonal else "(..., K, d, d)"
+        raise ValueError(
+            f"{cov_name} must have shape {lead} = (..., {', '.join(map(str, expected))}) to match "
+            f"loc {_shape_str(loc_shape)}, got {_shape_str(cov_shape)}"
+        )
+    shapes = {"loc": loc_shape[:-2], cov_name: cov_shape[:-event_nd]}
+    if weight_shape is not None:
+        weight_shape = tuple(weight_shape)
+        if len(weight_shape) < 1 or weight_shape[-1] != K:
+            raise ValueError(
+                f"{weight_name} must have shape (..., K) = (..., {K}) to match loc "
+                f"{_shape_str(loc_shape)}, got {_shape_str(weight_shape)}"
+            )
+        shapes[weight_name] = weight_shape[:-1]
+    try:
+        batch_shape = tuple(lax.broadcast_shapes(*shapes.values()))
+    except ValueError:
+        desc = ", ".join(f"{k} {_shape_str(v)}" for k, v in shapes.items())
+        raise ValueError(f"batch dimensions (the '...') do not broadcast: {desc}") from None
+    return batch_shape, K, d
+
+
+def _one_covariance(covariance_matrix, scale_tril, precision_matrix, scale):
+    """The one covariance-like argument given, as ``(name, value)``."""
+    given = {
+        "covariance_matrix": covariance_matrix,
+        "scale_tril": scale_tril,
+        "precision_matrix": precision_matrix,
+        "scale": scale,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if len(given) != 1:
+        raise ValueError(
+            "give exactly one of covariance_matrix, scale_tril, precision_matrix "
+            f"(..., K, d, d) and scale (..., K, d); got {sorted(given) or 'none'}"
+        )
+    ((name, value),) = given.items()
+    return name, value
+
+
+class _ArgConstraints(dict):
+    """``arg_constraints`` of :class:`GaussianMixture`: on the class, the constraint of every
+    constructor argument; on an instance, those of the parameters it holds (``loc``,
+    ``scale_tril`` or ``scale``, ``logits``, ``probs``), so that ``get_args()`` and code that
+    reads ``getattr(d, name)`` for each name see only arrays of the documented shapes.
+
+    (The mixture's own ``covariance_matrix`` property is the moment of the mixture, not the
+    component covariances the constructor argument of that name takes, so it is not listed
+    on instances; nor is ``scale`` of a full-covariance mixture, which is ``None``.)
+    """
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        factor = "scale" if getattr(instance, "_is_diagonal", False) else "scale_tril"
+        return {k: self[k] for k in ("loc", factor, "logits", "probs")}
 
 
 class GaussianMixture(MixtureSameFamily):
@@ -85,9 +163,21 @@ class GaussianMixture(MixtureSameFamily):
       1.77
     """
 
+    #: Constraint of each constructor argument, with the argument's full event shape
+    #: (``loc`` is ``(..., K, d)``, so its event dimension is 2, and so on). On an instance,
+    #: only the parameters it holds (see :class:`_ArgConstraints`).
+    arg_constraints = _ArgConstraints(
+        loc=constraints.independent(constraints.real, 2),
+        covariance_matrix=constraints.independent(constraints.positive_definite, 1),
+        scale_tril=constraints.independent(constraints.lower_cholesky, 1),
+        precision_matrix=constraints.independent(constraints.positive_definite, 1),
+        scale=constraints.independent(constraints.positive, 2),
+        logits=constraints.real_vector,
+        probs=constraints.simplex,
+    )
     # The parameters live in the two component distributions (the base class's data
     # fields); ``loc``, ``scale_tril``, ... are read-only views of them, so none of them
-    # may become a pytree data field.
+    # may become a pytree data field (NumPyro's default is the keys of arg_constraints).
     pytree_data_fields = ()
     pytree_aux_fields = ("_entropy_method", "_entropy_order", "_is_diagonal")
 
@@ -112,63 +202,33 @@ class GaussianMixture(MixtureSameFamily):
         if entropy_order is not None:
             entropy_order = check_int("entropy_order", entropy_order, 1)
 
-        given = {
-            "covariance_matrix": covariance_matrix,
-            "scale_tril": scale_tril,
-            "precision_matrix": precision_matrix,
-            "scale": scale,
-        }
-        given = {k: v for k, v in given.items() if v is not None}
-        if len(given) != 1:
-            raise ValueError(
-                "give exactly one of covariance_matrix, scale_tril, precision_matrix "
-                f"(..., K, d, d) and scale (..., K, d); got {sorted(given) or 'none'}"
-            )
-        (cov_name, cov_value), = given.items()
+        cov_name, cov_value = _one_covariance(covariance_matrix, scale_tril, precision_matrix, scale)
         if logits is not None and probs is not None:
             raise ValueError("give at most one of logits and probs (..., K), not both")
-
-        dtype = float_dtype(loc, cov_value, logits, probs)
-        loc = jnp.asarray(loc, dtype)
-        cov_value = jnp.asarray(cov_value, dtype)
         weight_name = "probs" if probs is not None else "logits"
-        weight_value = None if (logits is None and probs is None) else jnp.asarray(
-            probs if probs is not None else logits, dtype
-        )
+        weight_value = probs if probs is not None else logits
 
         # ---- shapes (always checked) ----
-        if loc.ndim < 2:
-            raise ValueError(f"loc must have shape (..., K, d), got {_shape_str(loc.shape)}")
-        K, d = loc.shape[-2:]
-        if K == 0 or d == 0:
-            raise ValueError(f"loc must have K >= 1 components of dimension d >= 1, got shape {_shape_str(loc.shape)}")
+        batch_shape, K, d = _infer_shapes(
+            jnp.shape(loc), cov_name, jnp.shape(cov_value), weight_name,
+            None if weight_value is None else jnp.shape(weight_value),
+        )
         is_diagonal = cov_name == "scale"
-        event_nd = 2 if is_diagonal else 3
-        expected = (K, d) if is_diagonal else (K, d, d)
-        if cov_value.ndim < event_nd or cov_value.shape[-event_nd:] != expected:
-            lead = "(..., K, d)" if is_diagonal else "(..., K, d, d)"
-            raise ValueError(
-                f"{cov_name} must have shape {lead} = (..., {', '.join(map(str, expected))}) to match "
-                f"loc {_shape_str(loc.shape)}, got {_shape_str(cov_value.shape)}"
-            )
-        if weight_value is not None and (weight_value.ndim < 1 or weight_value.shape[-1] != K):
-            raise ValueError(
-                f"{weight_name} must have shape (..., K) = (..., {K}) to match loc "
-                f"{_shape_str(loc.shape)}, got {_shape_str(weight_value.shape)}"
-            )
-        shapes = {"loc": loc.shape[:-2], cov_name: cov_value.shape[:-event_nd]}
-        if weight_value is not None:
-            shapes[weight_name] = weight_value.shape[:-1]
-        try:
-            batch_shape = tuple(lax.broadcast_shapes(*shapes.values()))
-        except ValueError:
-            desc = ", ".join(f"{k} {_shape_str(v)}" for k, v in shapes.items())
-            raise ValueError(f"batch dimensions (the '...') do not broadcast: {desc}") from None
 
-        # ---- values (validate_args; skipped for traced values) ----
+        # ---- values (validate_args) ----
+        # Checked on the arguments as given, before any conversion: under ``jax.jit`` a
+        # constant argument is still concrete here (``jnp.asarray`` would make it a
+        # tracer), so it is checked, while a traced one cannot be. Each argument is checked
+        # on its own, as NumPyro checks each parameter that is not a tracer.
+        dtype = float_dtype(loc, cov_value, weight_value)
         validate = type(self)._validate_args if validate_args is None else validate_args
         if validate:
-            _check_values(loc, cov_name, cov_value, weight_name, weight_value)
+            _check_values(dtype, loc=loc, **{cov_name: cov_value, weight_name: weight_value})
+
+        loc = jnp.asarray(loc, dtype)
+        cov_value = jnp.asarray(cov_value, dtype)
+        if weight_value is not None:
+            weight_value = jnp.asarray(weight_value, dtype)
 
         # ---- convert and broadcast ----
         loc = jnp.broadcast_to(loc, batch_shape + (K, d))
@@ -209,27 +269,25 @@ class GaussianMixture(MixtureSameFamily):
             factor_name, factor = "scale", self.scale
         else:
             factor_name, factor = "scale_tril", self._component_distribution.scale_tril
-        params = [self.loc, factor, self.logits]
-        if not all(not_jax_tracer(p) for p in params):
-            if strict:
-                raise RuntimeError("Cannot validate arguments inside jitted code.")
-            return
-        _check_values(self.loc, factor_name, factor, "logits", self.logits)
+        params = {"loc": self.loc, factor_name: factor, "logits": self.logits}
+        if strict and not all(not_jax_tracer(p) for p in params.values()):
+            raise RuntimeError("Cannot validate arguments inside jitted code.")
+        _check_values(self.loc.dtype, **params)
 
     # ------------------------------------------------------------------ parameters
     @property
-    def loc(self):
+    def loc(self) -> Array:
         """``batch_shape + (K, d)`` component means."""
         comp = self._component_distribution
         return comp.base_dist.loc if self._is_diagonal else comp.loc
 
     @property
-    def scale(self):
+    def scale(self) -> Array | None:
         """``batch_shape + (K, d)`` standard deviations (diagonal) or ``None`` (full)."""
         return self._component_distribution.base_dist.scale if self._is_diagonal else None
 
     @property
-    def scale_tril(self):
+    def scale_tril(self) -> Array:
         """``batch_shape + (K, d, d)`` lower Cholesky factors of the component covariances
         (a dense diagonal matrix for a diagonal mixture)."""
         if self._is_diagonal:
@@ -238,7 +296,7 @@ class GaussianMixture(MixtureSameFamily):
         return self._component_distribution.scale_tril
 
     @property
-    def component_covariance_matrix(self):
+    def component_covariance_matrix(self) -> Array:
         """``batch_shape + (K, d, d)`` component covariances."""
         if self._is_diagonal:
             v = jnp.square(self.scale)
@@ -247,12 +305,12 @@ class GaussianMixture(MixtureSameFamily):
         return tril @ jnp.swapaxes(tril, -1, -2)
 
     @property
-    def logits(self):
+    def logits(self) -> Array:
         """``batch_shape + (K,)`` log weights (as given; ``log(probs)`` when probs were given)."""
         return self._mixing_distribution.logits
 
     @property
-    def probs(self):
+    def probs(self) -> Array:
         """``batch_shape + (K,)`` normalised weights."""
         return self._mixing_distribution.probs
 
@@ -273,7 +331,7 @@ class GaussianMixture(MixtureSameFamily):
         return self._entropy_order
 
     @property
-    def covariance_matrix(self):
+    def covariance_matrix(self) -> Array:
         r"""``batch_shape + (d, d)`` covariance of the mixture,
         ``sum_k w_k (Sigma_k + (mu_k - mu)(mu_k - mu)^T)``."""
         w = self.probs
@@ -287,7 +345,7 @@ class GaussianMixture(MixtureSameFamily):
         return between + jnp.einsum("...k,...kij,...klj->...il", w, tril, tril)
 
     # ------------------------------------------------------------------ entropy
-    def entropy(self, method: str | None = None, order: int | None = None, **options):
+    def entropy(self, method: str | None = None, order: int | None = None, **options) -> Array:
         """Entropy of each mixture in the batch (nats), shape ``batch_shape``.
 
         Args:
@@ -298,8 +356,10 @@ class GaussianMixture(MixtureSameFamily):
           options: further keyword arguments for the estimator. A ``key`` option is split
             so that each mixture of the batch gets its own.
 
-        Returns whatever the estimator returns (a scalar per mixture, or a tuple of them,
-        e.g. an estimate and its standard error), with ``batch_shape`` leading dimensions.
+        Returns an array of shape ``batch_shape`` (NumPyro's ``Distribution.entropy``
+        contract, hence the annotation), except for an estimator that returns several
+        values per mixture (``"monte_carlo"``: an estimate and its standard error), whose
+        tuple of such arrays is returned as it is.
         """
         method = self._entropy_method if method is None else method
         if method not in ENTROPY_METHODS:
@@ -310,7 +370,7 @@ class GaussianMixture(MixtureSameFamily):
             options["order"] = order
         return self._over_batch(method, options)
 
-    def entropy_bounds(self, order: int | None = None):
+    def entropy_bounds(self, order: int | None = None) -> tuple[Array, Array]:
         """Certified ``(lower, upper)`` bounds on the entropy of each mixture (nats).
 
         The tightest of the certified bounds of :func:`numpyro_gmm.entropy.entropy_bounds`
@@ -348,6 +408,40 @@ class GaussianMixture(MixtureSameFamily):
 
     # ------------------------------------------------------------------ construction
     @classmethod
+    def infer_shapes(cls, *args, **kwargs) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(batch_shape, event_shape)`` of the mixture the constructor would build from
+        arguments of the given shapes (NumPyro's ``Distribution.infer_shapes`` contract).
+
+        ``args`` are the shapes of ``cls.__init__``'s positional arguments, in order;
+        ``kwargs`` map argument names to shapes (``None``: not given). Entries for the
+        non-array options (``entropy_method``, ``entropy_order``, ``validate_args``) are
+        ignored. The same shape checks as the constructor's raise ``ValueError``.
+        """
+        names = [
+            p.name
+            for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        if len(args) > len(names):
+            raise TypeError(f"{cls.__name__}.infer_shapes takes at most {len(names)} positional shapes, got {len(args)}")
+        for name, shape in zip(names, args):
+            if name in kwargs:
+                raise TypeError(f"{cls.__name__}.infer_shapes got two shapes for {name!r}")
+            kwargs[name] = shape
+        unknown = set(kwargs) - {"loc", *_COVARIANCE_ARGS, *_WEIGHT_ARGS, "entropy_method", "entropy_order", "validate_args"}
+        if unknown:
+            raise TypeError(f"{cls.__name__}.infer_shapes got unexpected arguments {sorted(unknown)}")
+        if kwargs.get("loc") is None:
+            raise ValueError("loc must have shape (..., K, d), got none")
+        cov_name, cov_shape = _one_covariance(*(kwargs.get(k) for k in _COVARIANCE_ARGS))
+        weights = {k: kwargs[k] for k in _WEIGHT_ARGS if kwargs.get(k) is not None}
+        if len(weights) > 1:
+            raise ValueError("give at most one of logits and probs (..., K), not both")
+        weight_name, weight_shape = next(iter(weights.items()), ("logits", None))
+        batch_shape, _, d = _infer_shapes(kwargs["loc"], cov_name, cov_shape, weight_name, weight_shape)
+        return batch_shape, (d,)
+
+    @classmethod
     def from_mixture(cls, mixture, **kwargs) -> "GaussianMixture":
         """A ``GaussianMixture`` equal to ``mixture``, a ``MixtureSameFamily`` whose
         components are a ``MultivariateNormal`` or ``Normal(...).to_event(1)``.
@@ -383,7 +477,7 @@ class GaussianMixture(MixtureSameFamily):
             + (f" of {type(comp.base_dist).__name__}" if isinstance(comp, Independent) else "")
         )
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"GaussianMixture(K={self.num_components}, d={self.event_shape[0] if self.event_shape else '?'}, "
             f"batch_shape={self.batch_shape}, diagonal={self._is_diagonal}, "
@@ -391,51 +485,59 @@ class GaussianMixture(MixtureSameFamily):
         )
 
 
-def _check_values(loc, cov_name, cov_value, weight_name, weight_value):
-    """Value checks behind ``validate_args``; each failure names its argument."""
+def _check_values(dtype, **params):
+    """Value checks behind ``validate_args``: each argument (name -> value or ``None``)
+    whose value is concrete is checked; a traced one is skipped. Each failure is a
+    ``ValueError`` naming its argument. ``dtype``: the computation's float dtype (its
+    resolution sets the positive-definiteness threshold)."""
+    eps = float(np.finfo(dtype).eps)
     with jax.ensure_compile_time_eval():
-        arrays = [loc, cov_value] + ([] if weight_value is None else [weight_value])
-        if not all(not_jax_tracer(a) for a in arrays):
-            return  # traced values cannot be checked
-        loc_np = np.asarray(loc)
-        if not np.all(np.isfinite(loc_np)):
-            raise ValueError("loc must be finite, got a non-finite value (NaN or inf)")
-        c = np.asarray(cov_value, dtype=np.float64)
-        if not np.all(np.isfinite(c)):
-            raise ValueError(f"{cov_name} must be finite, got a non-finite value (NaN or inf)")
-        if cov_name == "scale":
-            if not np.all(c > 0):
-                raise ValueError("scale must be positive (every standard deviation > 0)")
-        elif cov_name == "scale_tril":
-            diag = np.diagonal(c, axis1=-2, axis2=-1)
-            if not np.all(diag > 0):
-                raise ValueError(
-                    "scale_tril must be a lower Cholesky factor with a positive diagonal"
-                )
-        else:
-            sym = 0.5 * (c + np.swapaxes(c, -1, -2))
-            tol = 1e-6 * np.max(np.abs(c), axis=(-2, -1), keepdims=True) + 1e-12
-            eps = np.finfo(np.asarray(cov_value).dtype).eps
-            if not np.all(np.abs(c - np.swapaxes(c, -1, -2)) <= tol):
-                raise ValueError(f"{cov_name} must be symmetric positive definite, got a non-symmetric matrix")
-            eig = np.linalg.eigvalsh(sym)
-            if not np.all(eig > eps * np.max(np.abs(eig), axis=-1, keepdims=True)):
-                raise ValueError(f"{cov_name} must be positive definite, got an eigenvalue <= 0")
-        if weight_value is None:
-            return
-        w = np.asarray(weight_value, dtype=np.float64)
-        if weight_name == "logits":
-            if np.any(np.isnan(w)) or np.any(w == np.inf):
-                raise ValueError("logits must not be NaN or +inf (-inf is a zero weight)")
-            if np.any(np.all(w == -np.inf, axis=-1)):
-                raise ValueError("logits must have at least one finite entry per mixture")
-        else:
-            if not np.all(np.isfinite(w)) or np.any(w < 0):
-                raise ValueError("probs must be finite and non-negative")
-            K = w.shape[-1]
-            tol = max(1e-6, 10 * K * np.finfo(np.asarray(weight_value).dtype).eps)
-            if not np.all(np.abs(w.sum(-1) - 1) <= tol):
-                raise ValueError(f"probs must sum to 1 along the last axis (tolerance {tol:.1e})")
+        for name, value in params.items():
+            if value is None or not not_jax_tracer(value):
+                continue
+            c = np.asarray(value, dtype=np.float64)
+            if name == "loc":
+                if not np.all(np.isfinite(c)):
+                    raise ValueError("loc must be finite, got a non-finite value (NaN or inf)")
+            elif name in _COVARIANCE_ARGS:
+                _check_covariance(name, c, eps)
+            elif name == "logits":
+                if np.any(np.isnan(c)) or np.any(c == np.inf):
+                    raise ValueError("logits must not be NaN or +inf (-inf is a zero weight)")
+                if np.any(np.all(c == -np.inf, axis=-1)):
+                    raise ValueError("logits must have at least one finite entry per mixture")
+            elif name == "probs":
+                if not np.all(np.isfinite(c)) or np.any(c < 0):
+                    raise ValueError("probs must be finite and non-negative")
+                tol = max(1e-6, 10 * c.shape[-1] * eps)
+                if not np.all(np.abs(c.sum(-1) - 1) <= tol):
+                    raise ValueError(f"probs must sum to 1 along the last axis (tolerance {tol:.1e})")
+            else:  # pragma: no cover - internal misuse
+                raise AssertionError(name)
+
+
+def _check_covariance(name, c, eps):
+    if not np.all(np.isfinite(c)):
+        raise ValueError(f"{name} must be finite, got a non-finite value (NaN or inf)")
+    if name == "scale":
+        if not np.all(c > 0):
+            raise ValueError("scale must be positive (every standard deviation > 0)")
+        return
+    if name == "scale_tril":
+        if np.any(np.triu(c, 1) != 0):
+            raise ValueError(
+                "scale_tril must be lower triangular (a lower Cholesky factor), got a "
+                "non-zero entry above the diagonal"
+            )
+        if not np.all(np.diagonal(c, axis1=-2, axis2=-1) > 0):
+            raise ValueError("scale_tril must be a lower Cholesky factor with a positive diagonal")
+        return
+    tol = 1e-6 * np.max(np.abs(c), axis=(-2, -1), keepdims=True) + 1e-12
+    if not np.all(np.abs(c - np.swapaxes(c, -1, -2)) <= tol):
+        raise ValueError(f"{name} must be symmetric positive definite, got a non-symmetric matrix")
+    eig = np.linalg.eigvalsh(0.5 * (c + np.swapaxes(c, -1, -2)))
+    if not np.all(eig > eps * np.max(np.abs(eig), axis=-1, keepdims=True)):
+        raise ValueError(f"{name} must be positive definite, got an eigenvalue <= 0")
 
 
 def _is_static(value) -> bool:
