@@ -23,10 +23,25 @@ def check_int(name: str, value, minimum: int) -> int:
 
 
 def float_dtype(*arrays):
-    """The floating dtype the computation runs in: JAX's promotion of the inputs."""
-    dtype = jnp.result_type(*[a for a in arrays if a is not None])
+    """The floating dtype the computation runs in: JAX's promotion of the inputs (integer or
+    boolean inputs: the default float dtype).
+
+    Half precision (``float16``, ``bfloat16``) is refused with a ``ValueError``: the
+    log-densities, determinants and series of this package lose all accuracy there (a
+    float16 entropy was measured 0.2 nats off), and NumPyro's distributions do not support
+    it either. Complex inputs are refused too.
+    """
+    arrays = [a for a in arrays if a is not None]
+    dtype = jnp.result_type(*arrays)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        raise ValueError(f"the parameters must be real floating arrays, got dtype {jnp.dtype(dtype).name}")
     if not jnp.issubdtype(dtype, jnp.floating):
         dtype = jnp.result_type(float)
+    if jnp.finfo(dtype).bits < 32:
+        raise ValueError(
+            f"the parameters have dtype {jnp.dtype(dtype).name}; half precision is not supported. "
+            "Cast them to float32 (or float64 with jax_enable_x64): e.g. jnp.asarray(x, jnp.float32)."
+        )
     return dtype
 
 

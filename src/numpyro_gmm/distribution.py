@@ -26,10 +26,10 @@ from numpyro.distributions import (
 )
 from numpyro.distributions import constraints
 from numpyro.distributions.batch_util import promote_batch_shape, vmap_over
-from numpyro.distributions.util import cholesky_of_inverse
 from numpyro.util import not_jax_tracer
 
 from .entropy import DEFAULT_METHOD, ENTROPY_METHODS, entropy_bounds, mixture_entropy
+from ._kernels.gaussian import cholesky, tril_inverse
 from ._validation import check_int, float_dtype
 
 __all__ = ["GaussianMixture"]
@@ -242,10 +242,15 @@ class GaussianMixture(MixtureSameFamily):
             scale = jnp.broadcast_to(cov_value, batch_shape + (K, d))
             component = Independent(Normal(loc, scale, validate_args=False), 1, validate_args=False)
         else:
+            # LAPACK-free factorisations (see numpyro_gmm._kernels.gaussian.cholesky): inside
+            # a jitted model or guide a LAPACK call here could run concurrently with others.
             if cov_name == "covariance_matrix":
-                tril = jnp.linalg.cholesky(cov_value)
+                tril = cholesky(cov_value)
             elif cov_name == "precision_matrix":
-                tril = cholesky_of_inverse(cov_value)
+                # P = U U^T with U upper (the flipped Cholesky factor); Sigma = U^-T U^-1, so
+                # its lower Cholesky factor is U^-T (as numpyro.distributions.util.cholesky_of_inverse).
+                u_t = jnp.swapaxes(cholesky(cov_value[..., ::-1, ::-1])[..., ::-1, ::-1], -2, -1)
+                tril = tril_inverse(u_t)
             else:
                 tril = jnp.tril(cov_value)
             tril = jnp.broadcast_to(tril, batch_shape + (K, d, d))

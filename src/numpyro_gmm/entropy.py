@@ -9,6 +9,7 @@ and ``jax.vmap`` (use ``vmap`` for a batch of mixtures).
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import jax.numpy as jnp
@@ -33,8 +34,11 @@ __all__ = [
     "DEFAULT_ORDER",
     "ENTROPY_METHODS",
     "FLOAT32_SAFE_ORDER",
+    "FLOAT64_SAFE_ORDER",
     "LEGENDRE_ACCURATE_MAX_DIM",
     "LEGENDRE_DEFAULT_MAX_DIM",
+    "TAYLOR_BOUND_MAX_DIM",
+    "TAYLOR_MAX_ORDER",
     "auto_entropy",
     "entropy_bounds",
     "gamma_entropy",
@@ -54,8 +58,26 @@ __all__ = [
 #: Default order of the Legendre series (see ``benchmarks/accuracy_order.py``).
 DEFAULT_ORDER = 8
 #: Highest order whose float32 result stays within 1e-3 nats of float64 on every mixture
-#: measured (``benchmarks/float32_order.py``).
+#: measured (``benchmarks/float32_order.py``). Beyond it the Legendre estimators warn.
 FLOAT32_SAFE_ORDER = 8
+#: Highest order at which the float64 Legendre series is no less accurate than at lower
+#: orders on every mixture measured (``benchmarks/float32_order.py --max-order 30``: worst
+#: error against SciPy / quadrature 0.007 nats at orders 12-24, 0.013 at 26, 0.63 at 28,
+#: 14 at 30; the monomial weights grow like ``5.8^N``). Beyond it the Legendre estimators warn.
+FLOAT64_SAFE_ORDER = 24
+#: Highest order of the Taylor lower bound per float dtype: the largest order whose float32
+#: result stays within 1e-3 nats of float64 (7.7e-4 at 24, 1.5e-3 at 26; the bound itself
+#: was 0.012 nats or more below the truth there, so rounding cannot cross it); float64
+#: measured monotone and below the truth up to 50. Higher orders are clamped to it with a
+#: ``UserWarning`` (float32 order 46 gave a value above the entropy, order 48 gave 7.63 for
+#: an entropy of 1.756).
+TAYLOR_MAX_ORDER = {"float32": 24, "float64": 50}
+#: Largest dimension at which :func:`entropy_bounds` includes the Taylor lower bound. The
+#: Taylor bound is at most ``-ln a + sum_{n<=N} 1/n`` and for one ``d``-dimensional Gaussian
+#: it misses ``H`` by about ``d/2 - ln N``; on random mixtures (order 8) it was the tightest
+#: lower bound in 5 of 12 at d = 1 and in none at d = 2 and 3, while its power moments are
+#: the only part of the bounds whose cost grows with the order and ``K``.
+TAYLOR_BOUND_MAX_DIM = 2
 #: Largest dimension at which the default (``"auto"``) uses the Legendre series: 0, i.e.
 #: nowhere. Measured (docs/accuracy.md, "Why the default is not the Legendre series"): at
 #: order 8 the series is off by +0.0145 nats on two unit Gaussians 2 apart in 1-D, +0.007 on a
@@ -121,6 +143,8 @@ def _moments(log_w, locs, scale_tril, scale, *, order, a, block_size, dtype):
 
 
 def _check_order(order, dtype) -> int:
+    """A Legendre order: an int ``>= 1``; a ``UserWarning`` beyond the dtype's safe order
+    (:data:`FLOAT32_SAFE_ORDER`, :data:`FLOAT64_SAFE_ORDER`)."""
     order = check_int("order", order, 1)
     if dtype == jnp.float32 and order > FLOAT32_SAFE_ORDER:
         warnings.warn(
@@ -131,7 +155,46 @@ def _check_order(order, dtype) -> int:
             UserWarning,
             stacklevel=3,
         )
+    elif dtype == jnp.float64 and order > FLOAT64_SAFE_ORDER:
+        warnings.warn(
+            f"order={order} exceeds the float64-safe order {FLOAT64_SAFE_ORDER}: the Legendre "
+            "series cancels catastrophically in float64 beyond it (measured 0.63 nats off at "
+            f"order 28, 14 at order 30). Use order <= {FLOAT64_SAFE_ORDER}.",
+            UserWarning,
+            stacklevel=3,
+        )
     return order
+
+
+def _check_taylor_order(order, dtype) -> int:
+    """A Taylor order: an int ``>= 1``, clamped with a ``UserWarning`` to
+    :data:`TAYLOR_MAX_ORDER` of the dtype (beyond it rounding can lift the bound above the
+    entropy)."""
+    order = check_int("order", order, 1)
+    limit = TAYLOR_MAX_ORDER[jnp.dtype(dtype).name]
+    if order > limit:
+        warnings.warn(
+            f"order={order} exceeds the highest order {limit} at which the Taylor lower bound "
+            f"stays certified in {jnp.dtype(dtype).name} (rounding of its alternating "
+            f"coefficients, which grow like 2^N/N); using order={limit}.",
+            UserWarning,
+            stacklevel=3,
+        )
+        order = limit
+    return order
+
+
+def _validates_order(fn):
+    """Check ``order`` (an int ``>= 1``) before ``fn`` runs, whatever the dimension (an
+    estimator that dispatches on ``d`` may not use it)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if "order" in kwargs:
+            check_int("order", kwargs["order"], 1)
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _check_legendre_dim(d: int) -> None:
@@ -227,14 +290,16 @@ def taylor_entropy(
     term is ``<= 0``; the bound rises monotonically with ``N`` towards ``H`` (slowly: it
     is the loosest of the moment estimators). Dahlke & Pacheco, *On convergence of
     polynomial approximations to the Gaussian mixture entropy*, NeurIPS 2023. Uses the same
-    power moments as :func:`legendre_entropy`; coefficients grow like ``2^N / N`` only, so
-    no float32 order limit applies (float32 rounding may move it up by ``~1e-5``).
+    power moments as :func:`legendre_entropy`; its coefficients grow like ``2^N / N``, so
+    rounding limits the order less than for the Legendre series but still does: orders above
+    :data:`TAYLOR_MAX_ORDER` (24 in float32, 50 in float64) are clamped to it with a
+    ``UserWarning`` (measured: float32 order 46 lands above the entropy).
 
     Args: as :func:`legendre_entropy` (``order >= 1``; no ``a``: the bound needs the paper's).
     Returns: a scalar; NaN when a parameter is not finite.
     """
     log_w, locs, scale_tril, scale, ok, dtype = _prepare(logits, locs, scale_tril, scale)
-    order = check_int("order", order, 1)
+    order = _check_taylor_order(order, dtype)
     log_a, lm = _moments(log_w, locs, scale_tril, scale, order=order, a=None, block_size=block_size, dtype=dtype)
     return jnp.where(ok, _taylor.taylor_entropy_from_moments(lm, log_a, order), jnp.nan)
 
@@ -377,6 +442,7 @@ def mixing_qmc_entropy(
     return jnp.where(ok, h, jnp.nan)
 
 
+@_validates_order
 def auto_entropy(
     logits: Array,
     locs: Array,
@@ -415,7 +481,8 @@ def auto_entropy(
 def _closed_form(kernel):
     def fn(logits, locs, scale_tril=None, *, scale=None):
         log_w, locs, scale_tril, scale, ok, _ = _prepare(logits, locs, scale_tril, scale)
-        return jnp.where(ok, kernel(log_w, locs, scale_tril, scale), jnp.nan)
+        locs, scale_tril, scale, shift = _bounds.rescaled(locs, scale_tril, scale)  # exact
+        return jnp.where(ok, kernel(log_w, locs, scale_tril, scale) + shift, jnp.nan)
 
     return fn
 
@@ -533,30 +600,51 @@ def entropy_bounds(
 ):
     """Tightest certified bounds ``(lower, upper)`` on the entropy.
 
-    ``lower = max(huber_lower, pairwise_bhattacharyya_lower, taylor(order))`` and
+    ``lower = max(huber_lower, pairwise_bhattacharyya_lower[, taylor(order)])`` and
     ``upper = min(huber_upper, pairwise_kl_upper, moment_matched_upper)`` (see each
-    function for its formula and reference). Every term is a bound in exact arithmetic;
-    in float32 rounding may move a bound by ``~1e-5`` relative. ``order`` is the order of
-    the Taylor lower bound (``>= 1``). Unbatched; use ``jax.vmap`` for a batch.
+    function for its formula and reference). Every term is a bound in exact arithmetic.
+
+    * The Taylor lower bound is included only for ``d <= TAYLOR_BOUND_MAX_DIM`` (2): beyond
+      it it cannot compete (it misses ``H`` by about ``d/2 - ln(order)`` for one Gaussian)
+      and its power moments are the only costly part. ``order`` (an int ``>= 1``, checked in
+      every dimension) is clamped to :data:`TAYLOR_MAX_ORDER` with a warning.
+    * The bounds are evaluated in rescaled units (:func:`numpyro_gmm._kernels.bounds.rescaled`:
+      ``H(cY) = H(Y) + d ln c``), so scales far from 1 (``1e-20``, ``1e20`` in float32) do
+      not under- or overflow.
+    * A term that is not finite (an overflow at extreme parameter ratios) is dropped; both
+      results are widened outwards by ``16 eps (1 + |upper|)`` to cover rounding, and
+      ``lower <= upper`` always holds (``lower`` is capped at ``upper``, whose main term
+      ``huber_upper`` is a closed form without solves).
+
+    Unbatched; use ``jax.vmap`` for a batch. NaN (both) when a parameter is not finite.
     """
     log_w, locs_, tril_, scale_, ok, dtype = _prepare(logits, locs, scale_tril, scale)
+    d = locs_.shape[-1]
     order = check_int("order", order, 1)
-    log_a, lm = _moments(log_w, locs_, tril_, scale_, order=order, a=None, block_size=block_size, dtype=dtype)
-    lower = jnp.maximum(
-        jnp.maximum(
-            _bounds.huber_lower(log_w, locs_, tril_, scale_),
-            _bounds.pairwise_bhattacharyya_lower(log_w, locs_, tril_, scale_),
-        ),
-        _taylor.taylor_entropy_from_moments(lm, log_a, order),
-    )
-    upper = jnp.minimum(
-        jnp.minimum(
-            _bounds.huber_upper(log_w, locs_, tril_, scale_),
-            _bounds.pairwise_kl_upper(log_w, locs_, tril_, scale_),
-        ),
+    locs_, tril_, scale_, shift = _bounds.rescaled(locs_, tril_, scale_)
+
+    def finite_or(x, fill):
+        return jnp.where(jnp.isfinite(x), x, fill)
+
+    lowers = [
+        _bounds.huber_lower(log_w, locs_, tril_, scale_),
+        _bounds.pairwise_bhattacharyya_lower(log_w, locs_, tril_, scale_),
+    ]
+    if d <= TAYLOR_BOUND_MAX_DIM:
+        order = _check_taylor_order(order, dtype)
+        log_a, lm = _moments(log_w, locs_, tril_, scale_, order=order, a=None, block_size=block_size, dtype=dtype)
+        lowers.append(_taylor.taylor_entropy_from_moments(lm, log_a, order))
+    uppers = [
+        _bounds.huber_upper(log_w, locs_, tril_, scale_),
+        _bounds.pairwise_kl_upper(log_w, locs_, tril_, scale_),
         _bounds.moment_matched_upper(log_w, locs_, tril_, scale_),
-    )
-    return jnp.where(ok, lower, jnp.nan), jnp.where(ok, upper, jnp.nan)
+    ]
+    lower = jnp.max(jnp.stack([finite_or(x, -jnp.inf) for x in lowers]))
+    upper = jnp.min(jnp.stack([finite_or(x, jnp.inf) for x in uppers]))
+    margin = 16.0 * jnp.finfo(upper.dtype).eps * (1.0 + jnp.abs(upper))
+    upper = upper + margin
+    lower = jnp.minimum(lower - margin, upper)
+    return jnp.where(ok, lower + shift, jnp.nan), jnp.where(ok, upper + shift, jnp.nan)
 
 
 #: Estimators reachable through :func:`mixture_entropy` and ``GaussianMixture.entropy``.

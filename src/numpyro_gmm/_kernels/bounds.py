@@ -29,8 +29,10 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+from jax import lax
 from jax.nn import logsumexp
-from jax.scipy.linalg import solve_triangular
+
+from .gaussian import cholesky, tril_inverse, tril_solve
 
 Array = jnp.ndarray
 
@@ -53,8 +55,8 @@ def dense_tril(scale_tril: Array | None, scale: Array | None) -> Array:
 
 def _logdet_quad(cov: Array, diff: Array):
     """``(ln|S|, diff^T S^-1 diff)`` for SPD ``S`` batched over leading axes."""
-    chol = jnp.linalg.cholesky(cov)
-    z = solve_triangular(chol, diff[..., None], lower=True)[..., 0]
+    chol = cholesky(cov)
+    z = tril_solve(chol, diff)
     log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
     return log_det, jnp.sum(jnp.square(z), -1)
 
@@ -69,6 +71,26 @@ def log_abs_det(scale_tril: Array | None, scale: Array | None) -> Array:
 def component_entropies(scale_tril: Array | None, scale: Array | None, d: int) -> Array:
     """``H_i = 1/2 (d ln(2 pi e) + ln|Sigma_i|)``, shape ``(K,)``."""
     return 0.5 * d * (LOG_2PI + 1.0) + log_abs_det(scale_tril, scale)
+
+
+def rescaled(locs: Array, scale_tril: Array | None, scale: Array | None):
+    """``(locs', scale_tril', scale', d ln c)``: the mixture of ``(X - m) / c`` with ``m`` the
+    mean of the means and ``c`` the geometric mean of the standard deviations (``stop_gradient``).
+
+    Entropy is translation invariant and ``H(c Y) = H(Y) + d ln c`` exactly, so every bound of
+    the rescaled mixture plus ``d ln c`` is a bound of the original, and the derivative at
+    fixed ``c`` is the derivative (the sum does not depend on ``c``). In rescaled units the
+    covariances are ``O(1)``: scales of ``1e-20`` or ``1e20`` no longer under- or overflow
+    float32 when squared (``Sigma_i + Sigma_j``, ``Sigma_mix``).
+    """
+    d = locs.shape[-1]
+    factor = scale if scale is not None else jnp.diagonal(scale_tril, axis1=-2, axis2=-1)
+    log_c = lax.stop_gradient(jnp.mean(jnp.log(jnp.abs(factor))))
+    inv_c = jnp.exp(-log_c)
+    locs = (locs - lax.stop_gradient(jnp.mean(locs, axis=0))) * inv_c
+    scale_tril = None if scale_tril is None else scale_tril * inv_c
+    scale = None if scale is None else scale * inv_c
+    return locs, scale_tril, scale, d * log_c
 
 
 def _pairs(locs: Array, cov: Array):
@@ -123,11 +145,10 @@ def kl_divergences(locs, scale_tril, scale) -> Array:
     locs = _centre(locs)
     tril = dense_tril(scale_tril, scale)
     diff = locs[:, None, :] - locs[None, :, :]  # mu_i - mu_j
-    lj = jnp.broadcast_to(tril[None, :], (tril.shape[0],) + tril.shape)  # L_j at [i, j]
-    li = jnp.broadcast_to(tril[:, None], lj.shape)  # L_i at [i, j]
-    m = solve_triangular(lj, li, lower=True)  # L_j^-1 L_i
+    inv = tril_inverse(tril)  # L_j^-1, one per component (not per pair)
+    m = jnp.einsum("jab,ibc->ijac", inv, tril)  # L_j^-1 L_i at [i, j]
     trace = jnp.sum(jnp.square(m), axis=(-1, -2))
-    z = solve_triangular(lj, diff[..., None], lower=True)[..., 0]
+    z = jnp.einsum("jab,ijb->ija", inv, diff)
     ld = 2.0 * (component_entropies(scale_tril, scale, d) - 0.5 * d * (LOG_2PI + 1.0))
     return 0.5 * (trace + jnp.sum(jnp.square(z), -1) - d + ld[None, :] - ld[:, None])
 
@@ -151,5 +172,5 @@ def moment_matched_upper(log_weights, locs, scale_tril, scale) -> Array:
     dev = locs - mean
     cov = jnp.einsum("k,kij->ij", w, covariances(scale_tril, scale)) + jnp.einsum("k,ki,kj->ij", w, dev, dev)
     cov = 0.5 * (cov + cov.T)
-    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(cov))))
+    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(cholesky(cov))))
     return 0.5 * (d * (LOG_2PI + 1.0) + log_det)

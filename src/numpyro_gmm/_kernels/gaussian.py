@@ -10,18 +10,145 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import solve_triangular
+from jax import lax
 
 Array = jnp.ndarray
 
 LOG_2PI = math.log(2.0 * math.pi)
 
 # Up to this dimension the Cholesky factorisation and the triangular solve are unrolled
-# into elementwise operations over the batch (d(d+1)/2 fused expressions), which beats a
-# batched LAPACK call on many tiny matrices; beyond it LAPACK is used. The unrolled graph
-# grows like d^3 and so does its compile time (measured 1.9 s at d = 8 against 0.9 s with
-# LAPACK), which is why the bound is not higher.
+# into elementwise operations over the batch (d(d+1)/2 fused expressions); beyond it the
+# loop-based :func:`cholesky` / :func:`tril_inverse` below are used. The unrolled graph
+# grows like d^3 and so does its compile time (measured 1.9 s at d = 8), which is why the
+# bound is not higher.
 UNROLL_MAX_DIM = 4
+
+
+# ---------------------------------------------------------------- LAPACK-free factorisation
+#
+# No function of this package calls a LAPACK custom call (jnp.linalg.cholesky, solve,
+# jax.scipy.linalg.solve_triangular, ...). jaxlib's CPU LAPACK kernels split a batch over
+# XLA's intra-op thread pool (``ParallelBatchMap``) and block their worker until the parts
+# are done, while XLA's CPU runtime runs independent operations of one program at the same
+# time on the same pool. When as many batched LAPACK calls as there are workers start at
+# once (two on a 2-core machine), every worker is blocked waiting for parts that no free
+# worker can run: the program never returns (0% CPU; seen with jaxlib 0.10.2 on ``potrf`` and
+# ``trsm``). The factorisations below are plain XLA operations (a ``fori_loop`` over the
+# columns with matrix-vector products), which the runtime schedules like any other, with
+# closed-form derivatives (custom JVPs) so that autodiff does not introduce LAPACK calls
+# either (JAX differentiates ``cholesky`` and ``triangular_solve`` with more of them).
+
+
+def _unit(j, d: int, dtype):
+    return (jnp.arange(d) == j).astype(dtype)
+
+
+# Up to this dimension the column loops below are Python loops with static slices (O(d)
+# operations in the graph, no wasted products on the zero columns); beyond it a fori_loop.
+_STATIC_LOOP_MAX_DIM = 16
+
+
+def _cholesky_static(a: Array) -> Array:
+    d = a.shape[-1]
+    cols = []  # cols[j]: (..., d - j) entries L[j:, j]
+    for j in range(d):
+        v = a[..., j:, j]
+        for k in range(j):
+            v = v - cols[k][..., j - k :] * cols[k][..., j - k, None]
+        pivot = jnp.sqrt(v[..., :1])
+        cols.append(jnp.concatenate([pivot, v[..., 1:] / pivot], axis=-1))
+    zero = jnp.zeros_like(a[..., 0, :1])
+    full = [jnp.concatenate([zero] * j + [cols[j]], axis=-1) if j else cols[0] for j in range(d)]
+    return jnp.stack(full, axis=-1)
+
+
+def _tril_inverse_static(chol: Array) -> Array:
+    d = chol.shape[-1]
+    rows = []  # rows[i]: (..., i + 1) entries W[i, :i + 1]
+    for i in range(d):
+        acc = jnp.zeros_like(chol[..., i, : i + 1])
+        for k in range(i):
+            acc = acc + chol[..., i, k, None] * jnp.pad(rows[k], [(0, 0)] * (chol.ndim - 2) + [(0, i - k)])
+        e = (jnp.arange(i + 1) == i).astype(chol.dtype)
+        rows.append((e - acc) / chol[..., i, i, None])
+    full = [jnp.pad(rows[i], [(0, 0)] * (chol.ndim - 2) + [(0, d - i - 1)]) for i in range(d)]
+    return jnp.stack(full, axis=-2)
+
+
+def _cholesky_loop(a: Array) -> Array:
+    """Left-looking Cholesky, column ``j`` per step: ``v = a[:, j] - L L[j, :]^T`` (columns
+    ``>= j`` of ``L`` still zero), ``L[j, j] = sqrt(v_j)``, ``L[i, j] = v_i / L[j, j]`` (i > j).
+    A non-positive pivot gives NaN (``sqrt`` of a negative), which propagates."""
+    d = a.shape[-1]
+    rows = jnp.arange(d)
+
+    def step(j, chol):
+        e = _unit(j, d, a.dtype)
+        row_j = jnp.einsum("...ik,i->...k", chol, e)  # L[j, :]
+        v = jnp.einsum("...ik,k->...i", a, e) - jnp.einsum("...ik,...k->...i", chol, row_j)
+        pivot = jnp.sqrt(jnp.einsum("...i,i->...", v, e))
+        col = jnp.where(rows > j, v / pivot[..., None], 0.0) + e * pivot[..., None]
+        return chol + col[..., :, None] * e
+
+    return lax.fori_loop(0, d, step, jnp.zeros_like(a))
+
+
+def _tril_inverse_loop(chol: Array) -> Array:
+    """``W = L^-1`` by forward substitution, row ``i`` per step:
+    ``W[i, :] = (e_i - L[i, :] W) / L[i, i]`` (rows ``>= i`` of ``W`` still zero)."""
+    d = chol.shape[-1]
+
+    def step(i, w):
+        e = _unit(i, d, chol.dtype)
+        row_l = jnp.einsum("...ik,i->...k", chol, e)  # L[i, :]
+        diag = jnp.einsum("...k,k->...", row_l, e)
+        row_w = (e - jnp.einsum("...k,...kj->...j", row_l, w)) / diag[..., None]
+        return w + e[:, None] * row_w[..., None, :]
+
+    return lax.fori_loop(0, d, step, jnp.zeros_like(chol))
+
+
+@jax.custom_jvp
+def tril_inverse(chol: Array) -> Array:
+    """``L^-1`` of lower-triangular ``(..., d, d)`` matrices (only the lower triangle is read),
+    without LAPACK. Derivative ``dW = -W dL W``."""
+    if chol.shape[-1] <= _STATIC_LOOP_MAX_DIM:
+        return _tril_inverse_static(chol)
+    return _tril_inverse_loop(jnp.tril(chol))
+
+
+@tril_inverse.defjvp
+def _tril_inverse_jvp(primals, tangents):
+    (chol,), (dchol,) = primals, tangents
+    w = tril_inverse(chol)
+    return w, -w @ jnp.tril(dchol) @ w
+
+
+@jax.custom_jvp
+def cholesky(a: Array) -> Array:
+    """Lower Cholesky factor of symmetric positive-definite ``(..., d, d)`` matrices, without
+    LAPACK (NaN where ``a`` is not positive definite). Derivative (Murray, *Differentiation
+    of the Cholesky decomposition*, 2016): ``dL = L Phi(L^-1 dA L^-T)``, ``Phi`` the lower
+    triangle with the diagonal halved; ``dA`` is symmetrised first."""
+    if a.shape[-1] <= _STATIC_LOOP_MAX_DIM:
+        return _cholesky_static(a)
+    return _cholesky_loop(a)
+
+
+@cholesky.defjvp
+def _cholesky_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    chol = cholesky(a)
+    w = tril_inverse(chol)
+    da = 0.5 * (da + jnp.swapaxes(da, -1, -2))
+    x = w @ da @ jnp.swapaxes(w, -1, -2)
+    phi = jnp.tril(x) - 0.5 * x * jnp.eye(a.shape[-1], dtype=a.dtype)
+    return chol, chol @ phi
+
+
+def tril_solve(chol: Array, b: Array) -> Array:
+    """``L^-1 b`` for lower-triangular ``chol (..., d, d)`` and vectors ``b (..., d)``."""
+    return jnp.einsum("...ij,...j->...i", tril_inverse(chol), b)
 
 
 def information_form(locs: Array, scale_tril: Array | None, scale: Array | None):
@@ -43,8 +170,7 @@ def information_form(locs: Array, scale_tril: Array | None, scale: Array | None)
         return prec, prec * locs, 2.0 * jnp.sum(jnp.log(scale), axis=-1)
     d = locs.shape[-1]
     if d <= UNROLL_MAX_DIM:
-        # L^-1 by unrolled forward substitution: no LAPACK call (jaxlib 0.10.2's batched
-        # triangular-solve kernels deadlocked when two ran at once on a 2-core machine).
+        # L^-1 by unrolled forward substitution (elementwise over the batch).
         inv = [[None] * d for _ in range(d)]
         for j in range(d):
             inv[j][j] = 1.0 / scale_tril[..., j, j]
@@ -54,19 +180,18 @@ def information_form(locs: Array, scale_tril: Array | None, scale: Array | None)
         zero = jnp.zeros_like(scale_tril[..., 0, 0])
         l_inv = jnp.stack([jnp.stack([inv[i][j] if j <= i else zero for j in range(d)], -1) for i in range(d)], -2)
     else:
-        eye = jnp.broadcast_to(jnp.eye(d, dtype=locs.dtype), scale_tril.shape)
-        l_inv = solve_triangular(scale_tril, eye, lower=True)  # L^-1
+        l_inv = tril_inverse(scale_tril)  # L^-1
     prec = jnp.swapaxes(l_inv, -1, -2) @ l_inv  # Sigma^-1 = L^-T L^-1
     # Symmetrise: the two triangles come out of the product with different rounding.
     prec = 0.5 * (prec + jnp.swapaxes(prec, -1, -2))
     return prec, jnp.einsum("kij,kj->ki", prec, locs), _chol_logdet(scale_tril)
 
 
-def _lapack_logdet_and_quad(prec: Array, eta: Array):
+def _looped_logdet_and_quad(prec: Array, eta: Array):
     """``(ln|Lambda|, eta^T Lambda^-1 eta)`` for a batch ``prec (B, d, d)``, ``eta (B, d)``
-    by batched LAPACK (used beyond :data:`UNROLL_MAX_DIM`)."""
-    chol = jnp.linalg.cholesky(prec)
-    z = solve_triangular(chol, eta[..., None], lower=True)[..., 0]
+    by the loop-based :func:`cholesky` (used beyond :data:`UNROLL_MAX_DIM`)."""
+    chol = cholesky(prec)
+    z = tril_solve(chol, eta)
     return _chol_logdet(chol), jnp.sum(jnp.square(z), -1)
 
 
@@ -94,8 +219,8 @@ def logdet_and_quad_rows(eta, lam, d: int, diagonal: bool):
     (``numpy.triu_indices(d)``). Each is a ``(rows, B)`` array or a sequence of ``(B,)`` rows;
     a sequence is better under reverse mode (the derivative of one row sliced out of a
     stacked array is a pad of the whole array). Closed forms for ``d <= 2``, an unrolled
-    Cholesky up to :data:`UNROLL_MAX_DIM`, batched LAPACK beyond. A non-positive-definite
-    ``Lambda`` gives NaN, never a silent value.
+    Cholesky up to :data:`UNROLL_MAX_DIM`, the loop-based :func:`cholesky` beyond. A
+    non-positive-definite ``Lambda`` gives NaN, never a silent value.
     """
     if diagonal:
         return sum(jnp.log(lam[i]) for i in range(d)), sum(jnp.square(eta[i]) / lam[i] for i in range(d))
@@ -110,7 +235,7 @@ def logdet_and_quad_rows(eta, lam, d: int, diagonal: bool):
     if d <= UNROLL_MAX_DIM:
         return _unrolled_logdet_and_quad_rows([eta[i] for i in range(d)], [lam[k] for k in range(n_tri)])
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in [*eta[:d], *lam[:n_tri]]))
-    log_det, quad = _lapack_logdet_and_quad(_full_matrices(lam, d, shape), _flat_rows(eta[:d], shape).T)
+    log_det, quad = _looped_logdet_and_quad(_full_matrices(lam, d, shape), _flat_rows(eta[:d], shape).T)
     return log_det.reshape(shape), quad.reshape(shape)
 
 
@@ -120,9 +245,8 @@ def solve_rows(eta: Array, lam: Array, d: int) -> Array:
 
     Closed forms for ``d <= 2``, the unrolled Cholesky with back substitution up to
     :data:`UNROLL_MAX_DIM` (elementwise over the batch, differentiable by plain automatic
-    differentiation), batched LAPACK Cholesky beyond. Cholesky rather than LU: ``Lambda`` is
-    symmetric positive definite, and two batched LAPACK LU solves running at the same time
-    were seen to deadlock the CPU runtime (jaxlib 0.10.2, large batches).
+    differentiation), the loop-based :func:`cholesky` and :func:`tril_inverse` beyond (no
+    LAPACK call: see the note above :func:`cholesky`).
     """
     if d == 1:
         return eta / lam
@@ -134,9 +258,8 @@ def solve_rows(eta: Array, lam: Array, d: int) -> Array:
     if d <= UNROLL_MAX_DIM:
         _, _, chol, z = _unrolled_rows(lambda i, j: lam[index[i, j]], [eta[i] for i in range(d)], d)
         return jnp.stack(_back_substitute(chol, z, d))
-    chol = jnp.linalg.cholesky(_full_matrices(lam, d, jnp.shape(lam[0])))
-    y = solve_triangular(chol, eta.T[..., None], lower=True)
-    return solve_triangular(chol, y, lower=True, trans=1)[..., 0].T
+    w = tril_inverse(cholesky(_full_matrices(lam, d, jnp.shape(lam[0]))))
+    return jnp.einsum("bji,bj->ib", w, jnp.einsum("bij,jb->bi", w, eta))  # L^-T L^-1 eta
 
 
 def _triu_index(d: int) -> dict:
@@ -155,7 +278,7 @@ def symmetric_matvec_rows(lam, x, d: int) -> list:
 
 def _flat_rows(rows, shape) -> Array:
     """``(len(rows), prod(shape))``: each row broadcast to ``shape`` and flattened (the one flat
-    batch LAPACK takes)."""
+    batch the looped factorisation takes)."""
     return jnp.stack([jnp.broadcast_to(x, shape).reshape(-1) for x in rows])
 
 
@@ -221,7 +344,7 @@ def logdet_and_inverse_rows(lam, d: int) -> tuple[Array, list]:
     """``(ln|Lambda|, Lambda^-1)`` for a batch stored as rows: ``lam`` holds the ``d(d+1)/2``
     upper-triangle rows (row-major, any broadcastable shapes); the inverse comes in the same
     layout. One factorisation for both: closed forms for ``d <= 2`` (one division), the
-    unrolled Cholesky up to :data:`UNROLL_MAX_DIM`, batched LAPACK beyond. A
+    unrolled Cholesky up to :data:`UNROLL_MAX_DIM`, the loop-based :func:`cholesky` beyond. A
     non-positive-definite ``Lambda`` gives NaN."""
     if d == 1:
         return jnp.log(lam[0]), [1.0 / lam[0]]
@@ -236,8 +359,8 @@ def logdet_and_inverse_rows(lam, d: int) -> tuple[Array, list]:
         return _unrolled_logdet(chol, d), _inverse_from_chol(chol, d)
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in lam[: d * (d + 1) // 2]))
     full = _full_matrices(lam, d, shape)
-    chol = jnp.linalg.cholesky(full)
-    w = solve_triangular(chol, jnp.broadcast_to(jnp.eye(d, dtype=full.dtype), full.shape), lower=True)
+    chol = cholesky(full)
+    w = tril_inverse(chol)
     inv = jnp.swapaxes(w, -1, -2) @ w
     return _chol_logdet(chol).reshape(shape), [inv[:, i, j].reshape(shape) for i, j in zip(*np.triu_indices(d))]
 

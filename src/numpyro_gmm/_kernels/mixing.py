@@ -56,11 +56,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.scipy.linalg import solve_triangular
 from scipy.special import ndtri
 from scipy.stats import qmc
 
 from .bounds import component_entropies, log_abs_det
+from .gaussian import tril_inverse
 
 Array = jnp.ndarray
 
@@ -162,8 +162,7 @@ def mixing_qmc_entropy(
 
         xs = (locs_c, scale)
     else:
-        eye = jnp.broadcast_to(jnp.eye(d, dtype=dtype), scale_tril.shape)
-        l_inv = solve_triangular(scale_tril, eye, lower=True)  # (K, d, d)
+        l_inv = tril_inverse(scale_tril)  # (K, d, d); no LAPACK call (gaussian.py)
 
         def half_sq_dist(args):  # |L_j^{-1}(mu_i - mu_j) + (L_j^{-1} L_i) z_m|^2 / 2
             mu_i, l_i = args

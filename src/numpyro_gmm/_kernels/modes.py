@@ -21,9 +21,9 @@ import math
 import jax.numpy as jnp
 from jax import lax
 from jax.nn import logsumexp, softmax
-from jax.scipy.linalg import solve_triangular
 
 from .bounds import dense_tril, log_abs_det
+from .gaussian import cholesky, tril_inverse
 
 Array = jnp.ndarray
 
@@ -35,8 +35,7 @@ DEFAULT_MODE_ITERATIONS = 64
 def component_log_densities(x: Array, log_weights: Array, locs: Array, tril: Array) -> Array:
     """``ln w_i + ln N(x_s; mu_i, L_i L_i^T)`` for points ``x (S, d)``: shape ``(S, K)``."""
     d = locs.shape[-1]
-    eye = jnp.broadcast_to(jnp.eye(d, dtype=tril.dtype), tril.shape)
-    l_inv = solve_triangular(tril, eye, lower=True)  # (K, d, d)
+    l_inv = tril_inverse(tril)  # (K, d, d)
     z = jnp.einsum("kij,skj->ski", l_inv, x[:, None, :] - locs[None, :, :])
     return log_weights - log_abs_det(tril, None) - 0.5 * (d * LOG_2PI + jnp.sum(jnp.square(z), -1))
 
@@ -58,9 +57,7 @@ def log_max_density(
     centre = lax.stop_gradient(jnp.mean(locs, axis=0))
     locs_c = locs - centre
     tril = dense_tril(scale_tril, scale)
-    d = locs.shape[-1]
-    eye = jnp.broadcast_to(jnp.eye(d, dtype=tril.dtype), tril.shape)
-    l_inv = solve_triangular(tril, eye, lower=True)
+    l_inv = tril_inverse(tril)
     prec = jnp.swapaxes(l_inv, -1, -2) @ l_inv  # (K, d, d)
     h = jnp.einsum("kij,kj->ki", prec, locs_c)
     sg = lax.stop_gradient
@@ -70,7 +67,8 @@ def log_max_density(
         r = softmax(component_log_densities(x, lw, lc, tr), axis=-1)  # (S, K)
         lam = jnp.einsum("sk,kij->sij", r, pr)
         eta = r @ hh
-        return jnp.linalg.solve(lam, eta[..., None])[..., 0]
+        w = tril_inverse(cholesky(lam))  # lam is positive definite; no LAPACK call
+        return jnp.einsum("sji,sj->si", w, jnp.einsum("sij,sj->si", w, eta))
 
     x = lax.fori_loop(0, num_iterations, step, lc)
     pts = sg(jnp.concatenate([x, lc], axis=0))
