@@ -147,8 +147,9 @@ class GaussianMixture(MixtureSameFamily):
         the Legendre series in 1-D and 2-D, the mixing rule beyond.
       entropy_order: default ``order`` of :meth:`entropy` for the estimators that take one
         (``None``: the estimator's own default).
-      validate_args: check the parameters' values (ignored for traced values). Shapes
-        are always checked.
+      validate_args: check the parameters' values: every argument that is a constant is
+        checked, also inside ``jax.jit`` (as NumPyro's own distributions check theirs);
+        traced values cannot be. Shapes are always checked.
 
     Leading dimensions ``...`` broadcast; ``batch_shape`` is their broadcast shape and
     ``event_shape`` is ``(d,)``. All parameters are stored broadcast to
@@ -165,7 +166,7 @@ class GaussianMixture(MixtureSameFamily):
 
     #: Constraint of each constructor argument, with the argument's full event shape
     #: (``loc`` is ``(..., K, d)``, so its event dimension is 2, and so on). On an instance,
-    #: only the parameters it holds (see :class:`_ArgConstraints`).
+    #: only the parameters it holds: ``loc``, ``scale_tril`` or ``scale``, ``logits``, ``probs``.
     arg_constraints = _ArgConstraints(
         loc=constraints.independent(constraints.real, 2),
         covariance_matrix=constraints.independent(constraints.positive_definite, 1),
