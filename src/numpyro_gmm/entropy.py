@@ -564,22 +564,29 @@ def monte_carlo_entropy(
     key: Array,
     num_samples: int = 4096,
 ):
-    r"""Stratified Monte Carlo estimate and its standard error, ``(estimate, se)``.
+    r"""Monte Carlo estimate and its standard error, ``(estimate, se)``.
 
     .. math::
 
-        \hat H = -\sum_i w_i \frac1S \sum_{s=1}^{S} \ln p(\mu_i + L_i z_{i,s}),\quad
-        z_{i,s} \sim N(0, I),\ S = \lceil \text{num\_samples} / K \rceil,
+        H = \sum_i w_i (H_i - \ln w_i) - E_p\Big[-\sum_k r_k(X) \ln r_k(X)\Big],\quad
+        r_k = w_k N_k / p,
 
-    ``se = (sum_i w_i^2 var_s[ln p(x_{i,s})] / S)^(1/2)``. Unbiased, not a bound;
-    reparameterised, so its gradient is an unbiased estimate of the entropy's gradient
-    with respect to every parameter. Standard Monte Carlo (e.g. Huber et al., MFI 2008,
-    section III), stratified by component.
+    with the component entropies ``H_i`` exact and the expected entropy of the
+    responsibilities estimated by multiple importance sampling: ``K^2`` strata, each
+    component and, for each ordered pair, a Gaussian on the layer where the pair's
+    densities cross, combined by the balance heuristic with a defensive half on the
+    mixture itself (Veach & Guibas 1995; Hesterberg 1995); formulas in
+    ``numpyro_gmm._kernels.monte_carlo``. Unbiased, not a bound; reparameterised, so its
+    gradient is an unbiased estimate of the entropy's gradient with respect to every
+    parameter. ``se`` is the sample standard error over the strata plus the float
+    rounding of the closed-form part; its coverage (fraction of estimates within 2 and 3
+    ``se`` of the truth, close to the normal's 95% / 99.7%) is tested from overlapping to
+    well-separated components in float32 and float64.
 
     Args:
       key: a ``jax.random`` key.
-      num_samples: static total number of draws (``>= 2 K`` so that each component has a
-        variance estimate).
+      num_samples: static total number of draws, ``max(2, ceil(num_samples / K^2))`` per
+        stratum (``>= 2 K``).
     """
     log_w, locs, scale_tril, scale, ok, _ = _prepare(logits, locs, scale_tril, scale)
     K = locs.shape[0]

@@ -1,51 +1,144 @@
-r"""Stratified Monte Carlo estimate of the entropy of a Gaussian mixture, with the
-components' own log-densities as control variates.
+r"""Monte Carlo estimate of the entropy of a Gaussian mixture with an honest standard error.
 
-``H = sum_i w_i (H_i - E_{N_i}[ln p(X) - ln N_i(X)])`` with ``H_i = 1/2 ln|2 pi e Sigma_i|``
-exact (because ``E_{N_i}[ln N_i] = -H_i``). Each component gets
-``S = ceil(num_samples / K)`` reparameterised draws ``x_{i,s} = mu_i + L_i z_{i,s}``,
-``z ~ N(0, I)``, and with ``g_{i,s} = ln p(x_{i,s}) - ln N_i(x_{i,s})``
+With ``Z`` the component label, ``H(X) = H(X|Z) + H(Z) - H(Z|X)``:
 
 .. math::
 
-    \hat H = \sum_i w_i \Big(H_i - \frac1S \sum_s g_{i,s}\Big), \qquad
-    \mathrm{se}(\hat H) = \Big(\sum_i w_i^2\, \widehat{\mathrm{var}}_s[g_{i,s}] / S\Big)^{1/2}.
+    H = \sum_i w_i (H_i - \ln w_i) - C, \qquad
+    C = E_p[R(X)], \qquad R(x) = -\sum_k r_k(x) \ln r_k(x),\ r_k = w_k N_k(x) / p(x),
 
-Unbiased for the value. Every draw is a differentiable function of the parameters and the
-weights enter only as ``w_i``, so its gradient is an unbiased estimate of the entropy's
-gradient with respect to every parameter (logits included). Stratifying by component
-removes the between-component variance of plain sampling from ``p``, and the control
-variate removes the ``chi^2_d / 2`` spread of ``ln N_i`` (for one Gaussian the estimate is
-exact); ``g`` is bounded below by ``ln w_i``.
+with ``H_i = 1/2 ln|2 pi e Sigma_i|`` exact, so only ``C``, the expected entropy of the
+responsibilities, is estimated. ``R`` is the label-averaged (Rao-Blackwellised) version of
+the previous control-variate integrand ``ln p - ln N_i`` (``E[ln(p/(w_Z N_Z)) | X] = R(X)``):
+it lies in ``[0, ln K]`` where ``ln p - ln N_i`` is unbounded.
+
+Why the old standard error was too small. On well-separated components ``R`` is ``~0``
+except on the thin layers where two components' densities cross, which a draw from a
+component reaches with probability ``~Phi(-Delta/2)`` (``Delta`` the Mahalanobis distance):
+a rare event. With few or no draws in a layer the sample variance sees nothing, the
+estimate misses the layer's contribution and ``se`` is orders of magnitude too small
+(1-D, two components 8 sd apart, 4096 draws: 28% of 200 estimates within 2 reported
+``se``, worst 1182 ``se``). In float32 the old ``g ~ ln w_i`` also rounded away the small
+variations that carry the variance.
+
+The estimator: multiple importance sampling with the balance heuristic (Veach & Guibas,
+SIGGRAPH 1995) and a defensive mixture (Hesterberg, Technometrics 1995). Strata ``(a, b)``,
+``a, b = 1..K``: ``(a, a)`` draws from the component ``N_a``; ``(a, b)``, ``a != b``, draws
+from ``N(c_ab, Sigma_a)`` centred on the crossing point ``c_ab = mu_a + t (mu_b - mu_a)``,
+``t = D_b / (D_a + D_b)`` (``D_a = |L_a^{-1}(mu_b - mu_a)|``), so that the layer between the
+pair is sampled from both sides. With weights ``beta_aa = w_a / 2``,
+``beta_ab = 1/2 sqrt(w_a w_b) / sum_{k != l} sqrt(w_k w_l)``, the mixture
+``Q = sum_{a,b} beta_ab q_ab`` of the strata's densities and ``n`` reparameterised draws
+``x_{ab,s} = c_ab + L_a z`` per stratum (``c_aa = mu_a``, ``z ~ N(0, I)``)
+
+.. math::
+
+    \hat C = \sum_{a,b} \beta_{ab} \frac1n \sum_s T(x_{ab,s}), \quad
+    T = \frac{p\, R}{Q} \in [0, 2 \ln K], \qquad
+    \mathrm{se}^2 = \sum_{a,b} \beta_{ab}^2\, \widehat{\mathrm{var}}_s[T(x_{ab,s})] / n
+    + \epsilon_r^2 .
+
+``E[\hat C] = \int \sum \beta_{ab} q_{ab}\, pR/Q = \int p R = C`` for any weights and centres,
+so the value is unbiased; every draw is a differentiable function of the parameters (the
+centres' offsets ``t (mu_b - mu_a)`` are held fixed in differentiation, which keeps the
+identity), so the gradient is an unbiased estimate of the entropy's gradient (logits
+included). ``T`` is bounded because ``Q >= p/2`` (the defensive part), and each layer has
+strata of its own, so the draws that carry ``C`` are not rare and the sample variance is
+reliable; for one Gaussian ``C = 0`` and the estimate is exact. ``q_ab(x)`` costs no extra
+solve: ``ln q_ab = ln N_a + u_a . v_ab - |v_ab|^2 / 2`` with ``u_a = L_a^{-1}(x - mu_a)`` and
+``v_ab = L_a^{-1}(c_ab - mu_a)``. ``epsilon_r = eps (sum_i w_i (|H_i| + |ln w_i|) + C_hat)``
+(``eps`` the dtype's machine epsilon) accounts for the rounding of the closed-form part, so
+``se`` is never below the resolution of the estimate. Each of the ``K^2`` strata gets
+``n = max(2, ceil(num_samples / K^2))`` draws; memory and time grow as
+``K^2 n (K d + K^2)``.
+
+Measured (1-D, weights 0.3/0.7, unit sds, 4096 draws, 400 keys, truth by quadrature):
+separation 8 sd, float32: 95% of estimates within 2 se, spread 1.7e-6 (before: 28.5%,
+spread 1.7e-4); separation 2 sd: 94.5%, spread 2.3e-3 (before 92.5%, 8.4e-3); float64
+down to 14 sd (C ~ 1e-13): 95%. ``tests/test_monte_carlo_coverage.py`` checks this.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.scipy.linalg import solve_triangular
 
 from .bounds import dense_tril, log_abs_det
-from .modes import LOG_2PI, mixture_log_density
+from .modes import LOG_2PI
 
 Array = jnp.ndarray
 
 
+def _responsibility_entropy(lc):
+    """``(ln p, R)`` from ``lc = ln w_k + ln N_k`` ``(S, K)``, accurate when one ``r_k ~ 1``.
+
+    ``ln r_top = -log1p(sum_{k != top} e^{lc_k - lc_top})`` keeps the ``1 - r_top`` that
+    ``lc_top - logsumexp(lc)`` would round away in float32."""
+    m0 = jax.lax.stop_gradient(jnp.max(lc, axis=-1, keepdims=True))
+    is_top = lc == m0
+    n_top = jnp.sum(is_top, -1, keepdims=True)
+    m = m0 + jnp.sum(jnp.where(is_top, lc - m0, 0.0), -1, keepdims=True) / n_top  # = max, with its gradient
+    # ties: every tied term but one counts in ``rest``
+    rest = jnp.sum(jnp.where(is_top, 0.0, jnp.exp(lc - m)), -1, keepdims=True) + (n_top - 1)
+    log_p = m + jnp.log1p(rest)
+    lr = lc - log_p
+    finite = jnp.isfinite(lr)
+    lr_safe = jnp.where(finite, lr, 0.0)
+    R = -jnp.sum(jnp.where(finite, jnp.exp(lr_safe) * lr_safe, 0.0), -1)
+    return log_p[:, 0], jnp.maximum(R, 0.0)
+
+
 def monte_carlo_entropy(log_weights, locs, scale_tril, scale, *, key, num_samples: int):
-    """``(estimate, standard error)``; ``num_samples`` is static (split over components)."""
+    """``(estimate, standard error)``; ``num_samples`` is static (split over the strata)."""
     K, d = locs.shape
-    per = -(-num_samples // K)
+    dtype = locs.dtype
     tril = dense_tril(scale_tril, scale)
     centre = jax.lax.stop_gradient(jnp.mean(locs, axis=0))
     locs_c = locs - centre
-    z = jax.random.normal(key, (K, per, d), dtype=locs.dtype)
-    x = locs_c[:, None, :] + jnp.einsum("kij,ksj->ksi", tril, z)
-    lp = mixture_log_density(x.reshape(K * per, d), log_weights, locs_c, tril).reshape(K, per)
-    log_det = log_abs_det(tril, None)  # (K,)
-    log_own = -0.5 * (d * LOG_2PI + jnp.sum(jnp.square(z), -1)) - log_det[:, None]  # ln N_i(x_is)
-    lp = lp - log_own
+    log_det = log_abs_det(tril, None)  # ln|L_i|
     w = jnp.exp(log_weights)
     h_comp = 0.5 * d * (LOG_2PI + 1.0) + log_det
-    est = jnp.sum(w * (h_comp - jnp.mean(lp, axis=1)))
-    var = jnp.var(lp, axis=1, ddof=1) if per > 1 else jnp.full((K,), jnp.inf, lp.dtype)
-    se = jnp.sqrt(jnp.sum(jnp.where(w > 0, jnp.square(w) * var, 0.0)) / per)
-    return est, se
+    pos = w > 0
+    lw_safe = jnp.where(pos, log_weights, 0.0)
+    base_terms = jnp.where(pos, w * (h_comp - lw_safe), 0.0)
+    base = jnp.sum(base_terms)
+    scale_r = jnp.sum(jnp.where(pos, w * (jnp.abs(h_comp) + jnp.abs(lw_safe)), 0.0))
+    eps = jnp.finfo(dtype).eps
+    if K == 1:  # C = 0: exact up to rounding
+        return base, eps * scale_r
+
+    eye = jnp.broadcast_to(jnp.eye(d, dtype=dtype), tril.shape)
+    l_inv = solve_triangular(tril, eye, lower=True)  # (K, d, d)
+    off = ~jnp.eye(K, dtype=bool)  # ordered pairs (a, b), a != b
+    # crossing point c_ab = mu_a + t_ab (mu_b - mu_a), equally far from both in each one's
+    # metric (t_ab = D_b / (D_a + D_b), D_a = |L_a^-1 (mu_b - mu_a)|); c_ba = c_ab. Held fixed
+    # in differentiation: the estimate is unbiased for every c.
+    sg = jax.lax.stop_gradient
+    diff = sg(locs_c[None, :, :] - locs_c[:, None, :])  # (a, b, d): mu_b - mu_a
+    dist = jnp.sqrt(jnp.sum(jnp.square(jnp.einsum("aij,abj->abi", sg(l_inv), diff)), -1))  # D_a of pair (a, b)
+    dsum = dist + dist.T
+    t = jnp.where(dsum > 0, dist.T / jnp.where(dsum > 0, dsum, 1.0), 0.5)
+    cross = locs_c[:, None, :] + t[..., None] * diff  # (a, b, d), the mean of stratum (a, b)
+    v = jnp.einsum("aij,abj->abi", l_inv, cross - locs_c[:, None, :])  # L_a^-1 (c_ab - mu_a)
+
+    # strata: (a, a) is the component N_a (v_aa = 0), (a, b) is N(c_ab, Sigma_a)
+    n = max(2, -(-num_samples // (K * K)))
+    z = jax.random.normal(key, (K, K, n, d), dtype=dtype)
+    x = (cross[:, :, None, :] + jnp.einsum("aij,absj->absi", tril, z)).reshape(K * K * n, d)
+
+    u = jnp.einsum("kij,skj->ski", l_inv, x[:, None, :] - locs_c[None, :, :])  # (S, K, d)
+    ln_comp = -log_det - 0.5 * (d * LOG_2PI + jnp.sum(jnp.square(u), -1))  # ln N_k(x), (S, K)
+    log_p, R = _responsibility_entropy(log_weights + ln_comp)
+    # ln N(x; c_ab, Sigma_a) = ln N_a(x) + u_a . v_ab - |v_ab|^2 / 2
+    ln_strata = ln_comp[:, :, None] + jnp.einsum("sad,abd->sab", u, v) - 0.5 * jnp.sum(jnp.square(v), -1)
+    sq = jnp.where(off, jnp.sqrt(w[:, None] * w[None, :]), 0.0)
+    total = jnp.sum(sq)
+    beta = jnp.where(total > 0, 0.5 * sq / jnp.where(total > 0, total, 1.0), 0.0) + jnp.diag(0.5 * w)  # (a, b)
+    log_beta = jnp.where(beta > 0, jnp.log(jnp.where(beta > 0, beta, 1.0)), -jnp.inf)
+    log_q = jax.nn.logsumexp((log_beta + ln_strata).reshape(-1, K * K), -1)
+    T = (jnp.exp(log_p - log_q) * R).reshape(K, K, n)  # in [0, 2 ln K]
+    C = jnp.sum(beta * jnp.mean(T, -1))
+    var = jnp.sum(jnp.square(beta) * jnp.var(T, -1, ddof=1)) / n
+    se_r = eps * (scale_r + C)
+    return base - C, jnp.sqrt(var + jnp.square(se_r))
