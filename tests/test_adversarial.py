@@ -1,0 +1,197 @@
+"""Adversarial inputs: each call gives a correct answer (against an independent reference:
+SciPy's quadrature-backed ``scipy.stats.Mixture`` entropy, the closed form of one Gaussian,
+translation/scale equivariance of that reference) or a clear ``ValueError``.
+
+Shapes are shared across tests (1-D: K = 2 or 1; 3-D: K = 2) to keep compilation short.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import reference
+from conftest import X64, ftype
+from numpyro_gmm import (
+    GaussianMixture,
+    auto_entropy,
+    entropy_bounds,
+    legendre_entropy,
+    mixture_entropy,
+    taylor_entropy,
+)
+from numpyro_gmm.entropy import TAYLOR_MAX_ORDER, normalized_legendre_entropy
+
+F = ftype()
+EPS = 5e-4 if not X64 else 1e-9  # rounding allowance of a certified bound in this pass
+W, M, S = [0.5, 0.5], [-1.0, 1.0], [1.0, 1.0]
+TRUTH = reference.entropy_1d_scipy(W, M, S)  # 1.7558 (SciPy quadrature)
+
+
+def _args(w=W, m=M, s=S):
+    return jnp.asarray(np.log(w), F), jnp.asarray(np.array(m)[:, None], F), jnp.asarray(np.array(s)[:, None], F)
+
+
+@jax.jit
+def _value_and_bounds(lg, m, s):
+    """The default entropy and the bounds, compiled once for the shared (K = 2, d = 1) shape."""
+    lo, hi = entropy_bounds(lg, m, scale=s)
+    return mixture_entropy(lg, m, scale=s), lo, hi
+
+
+def _gauss_entropy(d, log_det_cov):
+    return 0.5 * d * math.log(2 * math.pi * math.e) + 0.5 * log_det_cov  # closed form
+
+
+# ---------------------------------------------------------------- certified means certified
+@pytest.mark.parametrize("order", [8, 24, 48, 60])
+def test_taylor_and_bounds_stay_on_their_side_for_every_order(order):
+    lg, m, s = _args()
+    limit = TAYLOR_MAX_ORDER[np.dtype(F).name]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = float(taylor_entropy(lg, m, scale=s, order=order))
+        lo, hi = (float(x) for x in entropy_bounds(lg, m, scale=s, order=order))
+    clamped = any("Taylor lower bound" in str(c.message) for c in caught)
+    assert clamped == (order > limit)
+    assert t <= TRUTH + EPS
+    assert lo <= TRUTH + EPS <= hi + 2 * EPS and lo <= hi
+
+
+@pytest.mark.parametrize("c", [1e-20, 1e-6, 1e6, 1e20])
+def test_bounds_finite_and_bracketing_at_extreme_scales(c):
+    """H(cX) = H(X) + ln c (d = 1): the reference is SciPy's entropy at unit scale plus ln c."""
+    lg, m, s = _args()
+    h, lo, hi = (float(x) for x in _value_and_bounds(lg, m * c, s * c))
+    truth = TRUTH + math.log(c)
+    assert np.isfinite(lo) and np.isfinite(hi)
+    tol = EPS * (1 + abs(truth))
+    assert lo - tol <= truth <= hi + tol
+    assert abs(h - truth) < 0.02  # the default (Legendre, order 8) is within 0.014 at unit scale
+
+
+def test_bounds_of_one_gaussian_bracket_the_closed_form_tightly():
+    d = 3
+    rng = np.random.default_rng(3)
+    tril = np.tril(rng.normal(size=(d, d)) * 0.3, -1) + np.diag([0.5, 1.0, 2.0])
+    truth = _gauss_entropy(d, 2 * np.sum(np.log(np.diag(tril))))
+    lo, hi = entropy_bounds(jnp.zeros(1, F), jnp.asarray(rng.normal(size=(1, d)), F), jnp.asarray(tril[None], F))
+    lo, hi = float(lo), float(hi)
+    assert lo <= hi and lo - EPS * 10 <= truth <= hi + EPS * 10 and hi - lo < 1e-3
+
+
+# ---------------------------------------------------------------- orders
+BAD_ORDERS = [-1, 0, 2.5, True, "8", None]
+
+
+@pytest.mark.parametrize("order", BAD_ORDERS)
+def test_bad_orders_are_refused_in_every_dimension(order):
+    lg, m, s = _args()
+    lg3, m3, s3 = jnp.zeros(2, F), jnp.zeros((2, 5), F), jnp.ones((2, 5), F)
+    for fn in (auto_entropy, legendre_entropy, taylor_entropy, normalized_legendre_entropy, entropy_bounds):
+        for a in ((lg, m), (lg3, m3)):
+            with pytest.raises(ValueError, match="order"):
+                fn(*a, scale=s if a[1].shape[1] == 1 else s3, order=order)
+    if order is not None:  # None is the class's "configured default"
+        with pytest.raises(ValueError, match="order"):
+            GaussianMixture(m3, scale=s3).entropy(order=order)
+
+
+def test_orders_beyond_the_safe_range_warn_in_both_dtypes():
+    lg, m, s = _args()
+    with pytest.warns(UserWarning, match="safe order"):
+        legendre_entropy(lg, m, scale=s, order=30)
+    with pytest.warns(UserWarning, match="safe order"):
+        normalized_legendre_entropy(lg, m, scale=s, order=30)
+
+
+# ---------------------------------------------------------------- degenerate / non-finite
+def test_non_finite_parameters_give_nan_not_a_number():
+    lg, m, s = _args()
+    bad = [
+        (lg, m.at[0, 0].set(jnp.nan), s),
+        (lg, m.at[0, 0].set(jnp.inf), s),
+        (lg.at[0].set(jnp.nan), m, s),
+        (lg.at[0].set(jnp.inf), m, s),
+        (lg, m, s.at[1, 0].set(jnp.nan)),
+    ]
+    for a in bad:
+        assert all(np.isnan(float(x)) for x in _value_and_bounds(*a))
+
+
+def test_zero_and_tiny_weights_match_the_reduced_mixture():
+    """-inf logits are zero weights; weight 1e-30 contributes below rounding. Reference:
+    one N(1, 1) (closed form); the default (Legendre, order 8) is documented within 0.01
+    nats in 1-D (0.0068 for one Gaussian)."""
+    truth = _gauss_entropy(1, 0.0)
+    m = jnp.asarray([[-1.0], [1.0]], F)
+    s = jnp.ones((2, 1), F)
+    for lg in (jnp.asarray([-jnp.inf, 0.0], F), jnp.asarray([math.log(1e-30), 0.0], F)):
+        h, lo, hi = (float(x) for x in _value_and_bounds(lg, m, s))
+        assert abs(h - truth) < 0.01
+        assert lo - EPS <= truth <= hi + EPS
+
+
+def test_identical_components_are_one_gaussian():
+    truth = _gauss_entropy(1, 2 * math.log(0.7))
+    lg, m, s = _args(w=[0.3, 0.7], m=[2.0, 2.0], s=[0.7, 0.7])
+    h, lo, hi = (float(x) for x in _value_and_bounds(lg, m, s))
+    assert abs(h - truth) < 0.01  # Legendre order 8 in 1-D (documented 0.01)
+    assert lo - EPS <= truth <= hi + EPS and hi - lo < 1e-3
+
+
+@pytest.mark.parametrize("d", [1, 3])
+def test_one_component_every_method_is_the_closed_form(d):
+    from numpyro_gmm import ENTROPY_METHODS
+
+    rng = np.random.default_rng(d)
+    sd = rng.uniform(0.5, 2.0, size=(1, d))
+    truth = _gauss_entropy(d, 2 * np.sum(np.log(sd)))
+    args = (jnp.zeros(1, F), jnp.asarray(rng.normal(size=(1, d)), F))
+    for method in ENTROPY_METHODS:
+        kw = dict(key=jax.random.PRNGKey(0), num_samples=8) if method == "monte_carlo" else {}
+        out = mixture_entropy(*args, scale=jnp.asarray(sd, F), method=method, **kw)
+        value = float(out[0] if isinstance(out, tuple) else out)
+        if method in ("taylor", "huber_lower"):  # lower bounds, not exact for one Gaussian
+            assert value <= truth + EPS
+            continue
+        tol = {"legendre": 0.08, "auto": 0.01 if d == 1 else 2e-3, "legendre_normalized": 0.02}.get(method, 2e-3)
+        assert abs(value - truth) < tol, method
+
+
+# ---------------------------------------------------------------- dtypes
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_half_precision_is_refused_by_functions_and_class(dtype):
+    lg, m, s = (jnp.asarray(x, dtype) for x in _args())
+    with pytest.raises(ValueError, match="half precision"):
+        mixture_entropy(lg, m, scale=s)
+    with pytest.raises(ValueError, match="half precision"):
+        entropy_bounds(lg, m, scale=s)
+    with pytest.raises(ValueError, match="half precision"):
+        GaussianMixture(m, scale=s, logits=lg)
+    with pytest.raises(ValueError, match="half precision"):
+        GaussianMixture(m, scale_tril=s[..., None], logits=lg)
+
+
+def test_integer_parameters_use_the_default_float():
+    h = mixture_entropy(np.zeros(2, int), np.array([[-1], [1]]), scale=np.ones((2, 1), int))
+    assert jnp.issubdtype(h.dtype, jnp.floating) and abs(float(h) - TRUTH) < 0.02
+
+
+# ---------------------------------------------------------------- batches
+def test_batched_bounds_bracket_each_mixture():
+    """Batch (2, 3) of 1-D mixtures at scales c: reference SciPy at unit scale + ln c."""
+    cs = np.array([[1e-3, 1.0, 1e3], [0.5, 2.0, 10.0]])
+    loc = jnp.asarray(np.array(M)[None, None, :, None] * cs[..., None, None], F)
+    sc = jnp.asarray(np.array(S)[None, None, :, None] * cs[..., None, None], F)
+    gm = GaussianMixture(loc, scale=sc)
+    lo, hi = gm.entropy_bounds()
+    assert lo.shape == hi.shape == (2, 3)
+    truth = TRUTH + np.log(cs)
+    tol = EPS * (1 + np.abs(truth))
+    assert np.all(np.asarray(lo) - tol <= truth) and np.all(truth <= np.asarray(hi) + tol)

@@ -1,0 +1,120 @@
+"""No public path may hang: regression tests for the concurrent-LAPACK deadlock.
+
+jaxlib's CPU LAPACK kernels (``potrf``, ``trsm``, ``getrf``) split a batch over XLA's intra-op
+thread pool and block their worker until the parts finish; XLA runs independent operations
+of one program concurrently on that pool, so two or three batched LAPACK calls at once on a
+2-core machine blocked every worker for good (``GaussianMixture(loc (1000, 4, 5))
+.entropy_bounds()`` never returned). The package therefore issues no LAPACK call at all
+(``numpyro_gmm._kernels.gaussian.cholesky`` / ``tril_inverse``). Two checks:
+
+* the lowered programs of the public functions and their gradients contain no LAPACK custom
+  call (deterministic: fails on the code that deadlocked, whatever the machine);
+* the batched bounds, the batched entropy and their gradients at d = 5 and d = 12 finish in
+  a subprocess within a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import ftype
+from numpyro_gmm import ENTROPY_METHODS, GaussianMixture, entropy_bounds, mixture_entropy
+
+
+def _mixture(K, d, seed=0):
+    rng = np.random.default_rng(seed)
+    f = ftype()
+    tril = np.tril(rng.normal(size=(K, d, d)) * 0.3, -1) + np.eye(d)
+    return jnp.asarray(rng.normal(size=K), f), jnp.asarray(rng.normal(size=(K, d)), f), jnp.asarray(tril, f)
+
+
+def _assert_no_lapack(fn, *args):
+    text = jax.jit(fn).lower(*args).as_text()
+    assert "lapack" not in text.lower(), "a LAPACK custom call is in the program"
+
+
+OPTIONS = {"monte_carlo": dict(key=jax.random.PRNGKey(0), num_samples=64), "mixing_qmc": dict(num_points=64),
+           "auto": dict(num_points=64)}
+
+
+@pytest.mark.parametrize("d", [3, 6])
+def test_no_lapack_call_in_any_estimator_or_gradient(d):
+    args = _mixture(3, d)
+    for method in ENTROPY_METHODS:
+        if method in ("legendre", "taylor", "legendre_normalized") and d > 3:
+            kw = dict(order=2)
+        else:
+            kw = dict(OPTIONS.get(method, {}))
+        if method in ("legendre", "legendre_normalized") and d > 3:
+            continue  # warns (beyond LEGENDRE_ACCURATE_MAX_DIM); same engine as taylor
+
+        def value(lg, m, t, method=method, kw=kw):
+            out = mixture_entropy(lg, m, t, method=method, **kw)
+            return out[0] if isinstance(out, tuple) else out
+
+        _assert_no_lapack(value, *args)
+        _assert_no_lapack(jax.grad(value, argnums=(0, 1, 2)), *args)
+    bounds = lambda lg, m, t: sum(entropy_bounds(lg, m, t))  # noqa: E731
+    _assert_no_lapack(bounds, *args)
+    _assert_no_lapack(jax.grad(bounds, argnums=(0, 1, 2)), *args)
+
+
+def test_no_lapack_call_in_the_class_conversions():
+    lg, m, t = _mixture(2, 5)
+    cov = t @ jnp.swapaxes(t, -1, -2)
+    for name in ("covariance_matrix", "precision_matrix"):
+        value = cov if name == "covariance_matrix" else jnp.linalg.inv(cov)
+
+        def ent(v, name=name):
+            gm = GaussianMixture(m, **{name: v}, logits=lg, validate_args=False)
+            return gm.entropy(num_points=64) + sum(gm.entropy_bounds())
+
+        _assert_no_lapack(ent, value)
+        _assert_no_lapack(jax.grad(ent), value)
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, numpy as np
+    from numpyro_gmm import GaussianMixture
+    f = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    for d in (5, 12):
+        rng = np.random.default_rng(d)
+        B, K = 32, 3
+        loc = jnp.asarray(rng.normal(size=(B, K, d)), f)
+        tril = jnp.asarray(np.tril(rng.normal(size=(B, K, d, d)) * 0.3, -1) + np.eye(d), f)
+        logits = jnp.asarray(rng.normal(size=(B, K)), f)
+
+        def total(loc, tril, logits):
+            gm = GaussianMixture(loc, scale_tril=tril, logits=logits)
+            lo, hi = gm.entropy_bounds()
+            return jnp.sum(lo) + jnp.sum(hi) + jnp.sum(gm.entropy(num_points=64))
+
+        value, grads = jax.value_and_grad(total, argnums=(0, 1, 2))(loc, tril, logits)
+        assert np.isfinite(float(value)) and all(bool(jnp.all(jnp.isfinite(g))) for g in grads)
+        lo, hi = jax.jit(jax.vmap(lambda a, b, c: GaussianMixture(a, scale_tril=b, logits=c).entropy_bounds()))(loc, tril, logits)
+        assert bool(jnp.all(lo <= hi))
+    print("done")
+    """
+)
+
+
+def test_batched_bounds_entropy_and_gradients_finish():
+    """Fails on timeout: on the LAPACK code this hung on a 2-core machine."""
+    env = dict(os.environ)
+    src = os.path.join(os.path.dirname(__file__), "..", "src")
+    env["PYTHONPATH"] = os.path.abspath(src) + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        pytest.fail("batched entropy_bounds / entropy / gradients did not finish within 600 s (deadlock?)")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "done" in out.stdout
