@@ -1,10 +1,28 @@
-"""Test configuration: float64 runs are selected with ``JAX_ENABLE_X64=1`` (a separate CI pass)."""
+"""Test configuration: float64 runs are selected with ``JAX_ENABLE_X64=1`` (a separate CI pass).
+
+Tests marked ``@pytest.mark.slow`` (long statistical runs, several seconds each) are skipped
+unless ``--run-slow`` is given; CI gives it, so they run on every change (see ``.ci/run``).
+"""
 
 import jax
 import numpy as np
 import pytest
 
 X64 = bool(jax.config.jax_enable_x64)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help="also run the tests marked slow (CI does)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --run-slow (CI does)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture

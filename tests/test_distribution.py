@@ -3,13 +3,15 @@
 One registry of cases (``CASES``) drives the generic checks. References: NumPyro's own
 ``MixtureSameFamily(CategoricalLogits, MultivariateNormal)`` built from the raw inputs,
 SciPy ``multivariate_normal`` densities in float64, closed-form moments in NumPy float64,
-and long Monte Carlo runs of the reference distribution (entropy, sample moments).
+long Monte Carlo runs in NumPy/SciPy float64 (entropy; ``reference.entropy_monte_carlo``)
+and z-scores of sample moments.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +26,7 @@ from numpyro.infer.util import log_density
 from scipy import stats
 from scipy.special import logsumexp
 
+import reference as reference_mc
 from conftest import X64, ftype
 from numpyro_gmm import ENTROPY_METHODS, GaussianMixture
 
@@ -140,6 +143,45 @@ def tol(f32, f64):
     return f64 if X64 else f32
 
 
+# Compilation dominates this file: every JAX operation run eagerly on a new shape compiles a
+# small program (~50 ms each on CPU). So the reference (NumPyro's own mixture) is built,
+# sampled and evaluated inside one jitted function per case, and the code under test is
+# called on the same shapes across tests (N_POINTS draws), so its eager operations compile
+# once per case and are reused.
+N_POINTS = 7
+
+
+@lru_cache(maxsize=None)
+def reference_draws(case: Case, seed: int, n: int):
+    """``n`` draws of :func:`reference` and its log densities at them (this pass's dtype),
+    computed in one jitted function."""
+
+    def draw(key):
+        ref = reference(case)
+        x = ref.sample(key, (n,))
+        return x, ref.log_prob(x)
+
+    return jax.jit(draw)(jax.random.PRNGKey(seed))
+
+
+@lru_cache(maxsize=None)
+def reference_entropy_mc(case: Case):
+    """``(H, standard error)`` per mixture of the batch by a long Monte Carlo run in NumPy/SciPy
+    float64 (``tests/reference.py``, ``entropy_monte_carlo``: 2**15 draws per component, stratified, with the
+    closed-form component entropies as control variates; no JAX)."""
+    w, loc, covs = dense(case)
+    h, se = np.empty(case.batch), np.empty(case.batch)
+    for i, idx in enumerate(np.ndindex(*case.batch)):
+        h[idx], se[idx] = reference_mc.entropy_monte_carlo(w[idx], loc[idx], covs[idx], 2**15, seed=i)
+    return h, se
+
+
+@lru_cache(maxsize=None)
+def points(case: Case):
+    """``N_POINTS`` draws of the mixture under test (its eager ``sample``), shared by the tests."""
+    return make(case).sample(jax.random.PRNGKey(5), (N_POINTS,))
+
+
 # --------------------------------------------------------------------------- generic checks
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_shapes(case):
@@ -162,10 +204,11 @@ def test_shapes(case):
     else:
         assert isinstance(comp, dist.MultivariateNormal)
     assert comp.batch_shape == b + (K,) and comp.event_shape == (d,)
-    x = gm.sample(jax.random.PRNGKey(0), (4,))
-    assert x.shape == (4,) + b + (d,) and x.dtype == ftype()
-    assert gm.log_prob(x).shape == (4,) + b
-    assert gm.sample(jax.random.PRNGKey(1)).shape == b + (d,)
+    x = gm.sample(jax.random.PRNGKey(0), (N_POINTS,))
+    assert x.shape == (N_POINTS,) + b + (d,) and x.dtype == ftype()
+    assert gm.log_prob(x).shape == (N_POINTS,) + b
+    # no sample_shape: the shape is a tracing result (eval_shape runs the same code, no compile)
+    assert jax.eval_shape(lambda g, k: g.sample(k), gm, jax.random.PRNGKey(1)).shape == b + (d,)
     assert gm.entropy().shape == b
     assert gm.support.event_dim == 1
     assert bool(jnp.all(gm.support(x)))
@@ -175,10 +218,10 @@ def test_shapes(case):
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_log_prob_matches_numpyro_and_scipy(case):
-    gm, ref = make(case), reference(case)
-    x = ref.sample(jax.random.PRNGKey(2), (7,))
+    gm = make(case)
+    x, ref_lp = reference_draws(case, 2, N_POINTS)
     # NumPyro's own MixtureSameFamily(CategoricalLogits, MultivariateNormal), same dtype.
-    np.testing.assert_allclose(gm.log_prob(x), ref.log_prob(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gm.log_prob(x), ref_lp, rtol=1e-5, atol=1e-5)
     # SciPy, float64, component by component.
     w, loc, covs = dense(case)
     xs = np.asarray(x, np.float64)
@@ -210,7 +253,8 @@ def test_moments_closed_form(case):
 def test_sample_moments(case):
     gm = make(case)
     n = 20_000
-    x = np.asarray(gm.sample(jax.random.PRNGKey(3), (n,)), np.float64)
+    # one jitted draw (the eager sample is exercised, on the same code, by test_shapes)
+    x = np.asarray(jax.jit(lambda g, k: g.sample(k, (n,)))(gm, jax.random.PRNGKey(3)), np.float64)
     mean, var = np.asarray(gm.mean), np.asarray(gm.variance)
     # z-scores against the closed-form mean and variance (the previous test ties those to
     # NumPy); 5 standard errors, with the variance's standard error from the sample's own
@@ -241,13 +285,9 @@ ENTROPY_APPROX_ERROR = {1: 0.03, 2: 0.02, 4: 0.05}
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_entropy_against_monte_carlo(case):
-    gm, ref = make(case), reference(case)
-    n = 100_000
-    x = ref.sample(jax.random.PRNGKey(4), (n,))
-    # Long Monte Carlo run of NumPyro's reference mixture, log densities in float64 terms:
-    # H = -E[log p(X)], standard error sd(log p)/sqrt(n).
-    lp = np.asarray(ref.log_prob(x), np.float64)
-    mc, se = -lp.mean(0), lp.std(0) / math.sqrt(n)
+    gm = make(case)
+    # Long Monte Carlo run in NumPy/SciPy float64 (stratified, control variates).
+    mc, se = reference_entropy_mc(case)
     h = np.asarray(gm.entropy(), np.float64)
     assert h.shape == case.batch
     bound = ENTROPY_APPROX_ERROR[case.d] + 5 * se
@@ -262,12 +302,10 @@ SUBSET_IDS = [c.id for c in SUBSET]
 
 @pytest.mark.parametrize("case", SUBSET, ids=SUBSET_IDS)
 def test_entropy_bounds_bracket_monte_carlo(case):
-    """Certified bounds, batched, bracket a long Monte Carlo estimate of NumPyro's
-    reference mixture (up to 5 standard errors and float32 rounding)."""
-    gm, ref = make(case), reference(case)
-    n = 100_000
-    lp = np.asarray(ref.log_prob(ref.sample(jax.random.PRNGKey(5), (n,))), np.float64)
-    mc, se = -lp.mean(0), lp.std(0) / math.sqrt(n)
+    """Certified bounds, batched, bracket a long Monte Carlo estimate (NumPy/SciPy, float64;
+    up to 5 standard errors and float32 rounding)."""
+    gm = make(case)
+    mc, se = reference_entropy_mc(case)  # NumPy/SciPy Monte Carlo, as in the test above
     lower, upper = (np.asarray(b, np.float64) for b in gm.entropy_bounds(order=4))
     assert lower.shape == upper.shape == case.batch
     slack = 5 * se + 1e-4
@@ -287,7 +325,7 @@ def test_pytree_round_trip_under_jit(case):
     assert len(jax.tree.leaves(out)) == len(jax.tree.leaves(gm)) == 3
     for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(gm)):
         np.testing.assert_array_equal(a, b)
-    x = gm.sample(jax.random.PRNGKey(5), (3,))
+    x = points(case)
     t = tol(1e-5, 1e-12)
     np.testing.assert_allclose(jax.jit(lambda g, x: g.log_prob(x))(gm, x), gm.log_prob(x), rtol=t, atol=t)
     np.testing.assert_allclose(jax.jit(lambda g: g.covariance_matrix)(gm), gm.covariance_matrix, rtol=t, atol=t)
@@ -333,21 +371,34 @@ def test_vmap(case):
     loc2 = jnp.stack([loc, loc + 1.0])
     single = [GaussianMixture(loc2[i], **{k: v[i] for k, v in kw2.items()}) for i in range(2)]
     make_ = lambda l, kw: GaussianMixture(l, **kw)  # noqa: E731
-    batched = jax.vmap(make_)(loc2, kw2)
     axes = vmap_over(single[0], loc=0, **{k: 0 for k in kw2})
-    x = single[0].sample(jax.random.PRNGKey(6), (3,))
+    out_axes = vmap_over(single[0], loc=0)
+    x = points(case)
+
+    # The vmapped functions run inside one jit (the batching rules and the traced Python are
+    # those of an eager vmap; one compilation instead of one per batched operation).
+    @jax.jit
+    def batched_results(loc2, kw2):
+        batched = jax.vmap(make_)(loc2, kw2)
+        out = dict(
+            lp=jax.vmap(lambda g: g.log_prob(x), in_axes=(axes,))(batched),
+            s=jax.vmap(lambda g: g.sample(jax.random.PRNGKey(0)), in_axes=(axes,))(batched),
+        )
+        if case in SUBSET:
+            out["h"] = jax.vmap(lambda g: g.entropy(), in_axes=(axes,))(batched)
+        # vmap over loc only, out over that attribute only
+        only_loc = jax.vmap(lambda l: GaussianMixture(l, **kwargs), out_axes=out_axes)(loc2)
+        out["m"] = jax.vmap(lambda g: g.mean, in_axes=(out_axes,))(only_loc)
+        return out
+
+    out = batched_results(loc2, kw2)
     if case in SUBSET:
         t = tol(5e-4, 1e-10)  # float32: a batch and one mixture round differently (~1e-4)
-        h = jax.vmap(lambda g: g.entropy(), in_axes=(axes,))(batched)
-        np.testing.assert_allclose(h, jnp.stack([g.entropy() for g in single]), rtol=t, atol=t)
-    lp = jax.vmap(lambda g: g.log_prob(x), in_axes=(axes,))(batched)
+        np.testing.assert_allclose(out["h"], jnp.stack([g.entropy() for g in single]), rtol=t, atol=t)
+    lp = out["lp"]
     np.testing.assert_allclose(lp, jnp.stack([g.log_prob(x) for g in single]), rtol=tol(1e-5, 1e-12), atol=tol(1e-5, 1e-12))
-    s = jax.vmap(lambda g: g.sample(jax.random.PRNGKey(0)), in_axes=(axes,))(batched)
-    assert s.shape == (2,) + case.batch + (case.d,)
-    # vmap over loc only, out over that attribute only
-    out_axes = vmap_over(single[0], loc=0)
-    only_loc = jax.vmap(lambda l: GaussianMixture(l, **kwargs), out_axes=out_axes)(loc2)
-    m = jax.vmap(lambda g: g.mean, in_axes=(out_axes,))(only_loc)
+    assert out["s"].shape == (2,) + case.batch + (case.d,)
+    m = out["m"]
     np.testing.assert_allclose(m[1] - m[0], jnp.ones_like(m[0]), rtol=1e-5, atol=1e-5)
 
 
@@ -355,7 +406,7 @@ def test_vmap(case):
 def test_gradients_finite(case):
     loc, _, _, kwargs = raw_params(case)
     loc = jnp.asarray(loc, ftype())
-    x = make(case).sample(jax.random.PRNGKey(7), (3,))
+    x = points(case)
 
     def lp(loc, kw):
         return GaussianMixture(loc, **kw).log_prob(x).sum()
@@ -376,7 +427,7 @@ def test_gradients_finite(case):
 @pytest.mark.parametrize("case", [CASES[2], CASES[6]], ids=[IDS[2], IDS[6]])
 def test_gradients_match_finite_differences(case):
     loc, _, _, kwargs = raw_params(case)
-    x = make(case).sample(jax.random.PRNGKey(8), (3,))
+    x = points(case)
     name = case.param
 
     def f(loc, factor, logits):
@@ -553,7 +604,7 @@ def test_diagonal_path_does_no_dense_work():
 @pytest.mark.parametrize("case", [CASES[1], CASES[5], CASES[6]], ids=[IDS[1], IDS[5], IDS[6]])
 def test_from_mixture(case):
     gm = make(case, entropy_order=6)
-    x = gm.sample(jax.random.PRNGKey(9), (3,))
+    x = points(case)
     t = tol(1e-5, 1e-12)
     # from the reference MixtureSameFamily(CategoricalLogits, MVN)
     ref = reference(case)

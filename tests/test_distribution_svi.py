@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+import pytest
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoDelta
 from numpyro.optim import Adam
@@ -30,6 +31,7 @@ def model(data):
         numpyro.sample("x", GaussianMixture(loc, scale=sd, probs=w), obs=data)
 
 
+@pytest.mark.slow  # a 1,500-step SVI fit on 1,500 points (~16 CPU-s)
 def test_svi_recovers_weights_and_means():
     rng = np.random.default_rng(0)
     n = 1500

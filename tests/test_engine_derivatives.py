@@ -22,6 +22,10 @@ from numpyro_gmm._kernels.power_integrals import _reference, log_moments
 
 N_MAX = 6  # powers n = 2..N_MAX, i.e. k_max = N_MAX - 1
 
+# The engine compiled as one program per static options and shapes: the same code, traced
+# (called eagerly, each of its few hundred operations compiles separately, ~50 ms each on CPU).
+jit_log_moments = jax.jit(log_moments, static_argnames=("k_max", "block_size"))
+
 
 def random_mixture(rng, K, d):
     """Normalised log weights, means and lower Cholesky factors of full covariances."""
@@ -133,7 +137,7 @@ def test_power_integrals_match_enumeration(name):
     """``lm[n-2] + (n-1) ln a = ln \\int p^n`` against the SciPy fold over all compositions."""
     log_w, locs, tril = rounded(*case_params(name))
     expected, _ = enumerated(log_w, locs, tril)
-    log_a, lm = log_moments(*as_f(log_w, locs, tril), k_max=N_MAX - 1)
+    log_a, lm = jit_log_moments(*as_f(log_w, locs, tril), k_max=N_MAX - 1)
     got = np.asarray(lm, np.float64) + np.arange(1, N_MAX) * float(log_a)
     tol = dict(rtol=1e-10, atol=1e-10) if X64 else dict(rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(got, expected, **tol)
@@ -226,7 +230,7 @@ def test_forward_mode_equals_reverse_mode(case):
     """``jax.jacfwd`` (the custom_jvp's tangent) equals ``jax.grad`` (its transpose)."""
     _, log_w, locs, kw = case
     f = scalar_of_locs(log_w, **kw)
-    fwd, rev = np.asarray(jax.jacfwd(f)(locs)), np.asarray(jax.grad(f)(locs))
+    fwd, rev = np.asarray(jax.jit(jax.jacfwd(f))(locs)), np.asarray(jax.jit(jax.grad(f))(locs))
     assert np.max(np.abs(rev)) > 1e-3
     tol = dict(rtol=1e-12, atol=1e-12) if X64 else dict(rtol=1e-5, atol=1e-5 * np.max(np.abs(rev)))
     np.testing.assert_allclose(fwd, rev, **tol)
@@ -303,8 +307,8 @@ def test_zero_weight_equals_dropping_the_component(position):
     tril3 = np.insert(tril2, position, extra_tril[0], axis=0)
     tol = dict(rtol=1e-10, atol=1e-10) if X64 else dict(rtol=1e-5, atol=1e-5)
 
-    a3, lm3 = log_moments(*as_f(log_w3, locs3, tril3), k_max=4)
-    a2, lm2 = log_moments(*as_f(log_w2, locs2, tril2), k_max=4)
+    a3, lm3 = jit_log_moments(*as_f(log_w3, locs3, tril3), k_max=4)
+    a2, lm2 = jit_log_moments(*as_f(log_w2, locs2, tril2), k_max=4)
     assert np.all(np.isfinite(np.asarray(lm3)))
     np.testing.assert_allclose(float(a3), float(a2), **tol)
     np.testing.assert_allclose(np.asarray(lm3), np.asarray(lm2), **tol)
@@ -318,8 +322,8 @@ def test_zero_weight_equals_dropping_the_component(position):
 
         return g
 
-    g3 = np.asarray(jax.grad(f(*as_f(log_w3, tril3)))(as_f(locs3)[0]))
-    g2 = np.asarray(jax.grad(f(*as_f(log_w2, tril2)))(as_f(locs2)[0]))
+    g3 = np.asarray(jax.jit(jax.grad(f(*as_f(log_w3, tril3))))(as_f(locs3)[0]))
+    g2 = np.asarray(jax.jit(jax.grad(f(*as_f(log_w2, tril2))))(as_f(locs2)[0]))
     assert np.all(np.isfinite(g3)), g3
     np.testing.assert_allclose(g3[position], 0.0, atol=tol["atol"])
     others = np.delete(g3, position, axis=0)

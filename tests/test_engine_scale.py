@@ -77,10 +77,11 @@ SHARDED = textwrap.dedent(
     vg = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2)))
     used = "shard_map" in str(jax.make_jaxpr(f)(lw, locs, tril))
     sharded = vg(lw, locs, tril)
-    moments_sharded = pi.log_moments(lw, locs, tril, k_max=5, block_size=16)[1]
+    # jitted: the same code, traced (called eagerly, each operation compiles on its own)
+    moments_sharded = jax.jit(lambda a, b, c: pi.log_moments(a, b, c, k_max=5, block_size=16)[1])(lw, locs, tril)
     pi._devices = lambda: jax.devices()[:1]  # the single-device path
     single = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2)))(lw, locs, tril)
-    moments_single = pi.log_moments(lw, locs, tril, k_max=5, block_size=16)[1]
+    moments_single = jax.jit(lambda a, b, c: pi.log_moments(a, b, c, k_max=5, block_size=16)[1])(lw, locs, tril)
     diffs = [float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(sharded), jax.tree.leaves(single))]
     diffs.append(float(jnp.max(jnp.abs(moments_sharded - moments_single))))
     print(json.dumps(dict(used=used, diffs=diffs, value=float(single[0]))))

@@ -33,6 +33,21 @@ def as_f(*xs):
     return [jnp.asarray(x, ftype()) for x in xs]
 
 
+_COMPILED = {}
+
+
+def H(*args, scale=None, **static):
+    """``legendre_entropy(*args, scale=scale, **static)`` compiled as one program per static
+    options (``order``, ``block_size``, ``a``) and shapes. The same code, traced: called
+    eagerly, each of its few hundred operations compiles separately (~50 ms each on CPU).
+    Eager calls stay where the test is about eager behaviour (errors, warnings, NaN, the
+    jit/vmap-versus-loop comparison)."""
+    key = tuple(sorted(static.items()))
+    if key not in _COMPILED:
+        _COMPILED[key] = jax.jit(lambda *a, scale=None: legendre_entropy(*a, scale=scale, **dict(key)))
+    return _COMPILED[key](*args, scale=scale)
+
+
 def weights(logits):
     w = np.exp(logits - logits.max())
     return w / w.sum()
@@ -50,7 +65,7 @@ def test_coefficients_match_quadrature_projection(order):
 def test_matches_independent_float64_formula(rng, K, d, order):
     logits, locs, covs = random_mixture(rng, K, d)
     expected = reference.legendre_entropy(order, weights(logits), locs, covs)
-    got = legendre_entropy(*as_f(logits, locs, np.linalg.cholesky(covs)), order=order)
+    got = H(*as_f(logits, locs, np.linalg.cholesky(covs)), order=order)
     # float64: the same formula to 1e-8; float32: within the float32 accuracy claim (1e-3).
     np.testing.assert_allclose(got, expected, atol=1e-8 if X64 else 1e-3, rtol=0)
 
@@ -66,8 +81,8 @@ def test_power_integrals_match_reference(rng, K, d):
 def test_diagonal_path_equals_full_path(rng):
     logits, locs, _ = random_mixture(rng, 4, 3)
     sd = rng.uniform(0.5, 1.5, size=(4, 3))
-    full = legendre_entropy(*as_f(logits, locs, np.eye(3) * sd[:, None, :]), order=6)
-    diag = legendre_entropy(*as_f(logits, locs), scale=jnp.asarray(sd, ftype()), order=6)
+    full = H(*as_f(logits, locs, np.eye(3) * sd[:, None, :]), order=6)
+    diag = H(*as_f(logits, locs), scale=jnp.asarray(sd, ftype()), order=6)
     np.testing.assert_allclose(diag, full, atol=1e-10 if X64 else 2e-4)
 
 
@@ -88,7 +103,7 @@ ONE_D = [
 @pytest.mark.parametrize("w,m,s,tol", ONE_D)
 def test_default_order_accuracy_1d_scipy(w, m, s, tol):
     expected = reference.entropy_1d_scipy(w, m, s)  # scipy.stats.Mixture(...).entropy()
-    got = legendre_entropy(*as_f(np.log(w), np.array(m)[:, None]), scale=jnp.asarray(np.array(s)[:, None], ftype()))
+    got = H(*as_f(np.log(w), np.array(m)[:, None]), scale=jnp.asarray(np.array(s)[:, None], ftype()))
     assert abs(float(got) - expected) < tol
 
 
@@ -103,7 +118,7 @@ TWO_D = [
 def test_default_order_accuracy_2d_quadrature(w, m, S):
     w, m, S = np.array(w, float), np.array(m, float), np.array(S, float)
     expected = reference.entropy_2d_quadrature(w, m, S)  # dense trapezoid grid
-    got = legendre_entropy(*as_f(np.log(w), m, np.linalg.cholesky(S)), order=DEFAULT_ORDER)
+    got = H(*as_f(np.log(w), m, np.linalg.cholesky(S)), order=DEFAULT_ORDER)
     assert abs(float(got) - expected) < 0.02
 
 
@@ -114,14 +129,14 @@ def test_single_2d_gaussian_is_exact(order):
     leaves up to 5e-4 at order 8, inside the float32 claim (1e-3 up to FLOAT32_SAFE_ORDER)."""
     L = np.array([[[1.3, 0.0], [0.4, 0.6]]])
     expected = math.log(2 * math.pi * math.e) + math.log(1.3 * 0.6)
-    got = legendre_entropy(*as_f(np.zeros(1), np.array([[0.5, -2.0]]), L), order=order)
+    got = H(*as_f(np.zeros(1), np.array([[0.5, -2.0]]), L), order=order)
     np.testing.assert_allclose(got, expected, atol=1e-10 if X64 else 1e-3)
 
 
 def test_identical_components_equal_one_component():
     L = np.array([[1.0, 0.0], [0.3, 0.8]])
-    one = legendre_entropy(*as_f(np.zeros(1), np.zeros((1, 2)) + 1.0, L[None]), order=5)
-    three = legendre_entropy(*as_f(np.log([0.2, 0.5, 0.3]), np.ones((3, 2)), np.stack([L] * 3)), order=5)
+    one = H(*as_f(np.zeros(1), np.zeros((1, 2)) + 1.0, L[None]), order=5)
+    three = H(*as_f(np.log([0.2, 0.5, 0.3]), np.ones((3, 2)), np.stack([L] * 3)), order=5)
     np.testing.assert_allclose(three, one, atol=1e-10 if X64 else 1e-4)
     np.testing.assert_allclose(one, math.log(2 * math.pi * math.e) + math.log(0.8), atol=1e-9 if X64 else 1e-3)
 
@@ -150,9 +165,9 @@ def test_gradients_match_finite_differences(rng):
 def test_block_size_does_not_change_the_value(rng):
     logits, locs, covs = random_mixture(rng, 5, 2)
     args = as_f(logits, locs, np.linalg.cholesky(covs))
-    ref = legendre_entropy(*args, order=6, block_size=4096)
+    ref = H(*args, order=6, block_size=4096)
     for bs in [1, 7, 64]:
-        np.testing.assert_allclose(legendre_entropy(*args, order=6, block_size=bs), ref, rtol=1e-12 if X64 else 1e-5)
+        np.testing.assert_allclose(H(*args, order=6, block_size=bs), ref, rtol=1e-12 if X64 else 1e-5)
 
 
 def test_user_bound_a(rng):
@@ -161,9 +176,9 @@ def test_user_bound_a(rng):
     args = as_f(np.log(w), np.array(m)[:, None])
     sc = jnp.asarray(np.array(s)[:, None], ftype())
     paper_a = sum(wi / math.sqrt(2 * math.pi) / si for wi, si in zip(w, s))
-    same = legendre_entropy(*args, scale=sc, a=paper_a)
-    np.testing.assert_allclose(same, legendre_entropy(*args, scale=sc), rtol=1e-10 if X64 else 1e-5)
-    looser = legendre_entropy(*args, scale=sc, a=1.5 * paper_a)
+    same = H(*args, scale=sc, a=paper_a)
+    np.testing.assert_allclose(same, H(*args, scale=sc), rtol=1e-10 if X64 else 1e-5)
+    looser = H(*args, scale=sc, a=1.5 * paper_a)
     assert abs(float(looser) - reference.entropy_1d_scipy(w, m, s)) < 0.05
 
 
@@ -251,10 +266,10 @@ def test_narrow_separated_components_float32_accuracy(w, m, S):
     w, m, S = np.array(w), np.array(m, float), np.array(S, float)
     L = np.linalg.cholesky(S)
     expected = reference.legendre_entropy(DEFAULT_ORDER, w, m, S)  # independent float64 formula
-    full = legendre_entropy(*as_f(np.log(w), m, L))
+    full = H(*as_f(np.log(w), m, L))
     np.testing.assert_allclose(full, expected, atol=1e-8 if X64 else 1e-3, rtol=0)
     if m.shape[1] == 1:
-        diag = legendre_entropy(*as_f(np.log(w), m), scale=jnp.asarray(L[:, :, 0], ftype()))
+        diag = H(*as_f(np.log(w), m), scale=jnp.asarray(L[:, :, 0], ftype()))
         np.testing.assert_allclose(diag, expected, atol=1e-8 if X64 else 1e-3, rtol=0)
         # and the approximation itself is good here (scipy.stats.Mixture)
         assert abs(float(full) - reference.entropy_1d_scipy(w, m[:, 0], L[:, 0, 0])) < 0.02
@@ -264,8 +279,8 @@ def test_zero_weight_component_is_ignored(rng):
     """A component with logit -inf (weight 0) gives the entropy of the mixture without it."""
     logits, locs, covs = random_mixture(rng, 3, 2)
     tril = np.linalg.cholesky(covs)
-    without = legendre_entropy(*as_f(logits[:2], locs[:2], tril[:2]), order=5)
+    without = H(*as_f(logits[:2], locs[:2], tril[:2]), order=5)
     logits_zero = logits.copy()
     logits_zero[2] = -np.inf
-    with_zero = legendre_entropy(*as_f(logits_zero, locs, tril), order=5)
+    with_zero = H(*as_f(logits_zero, locs, tril), order=5)
     np.testing.assert_allclose(with_zero, without, rtol=1e-10 if X64 else 1e-4)
