@@ -217,7 +217,7 @@ def test_fit_diagonal_gaussians_recovers_gaussian_target():
     potential = lambda z: -jnp.sum(jax.scipy.stats.norm.logpdf(z, mean, sd))  # noqa: E731
     starts = jax.random.normal(jax.random.PRNGKey(0), (8, 3)) * 3.0
     locs, scales, scores = fit_diagonal_gaussians(
-        potential, starts, jnp.log(0.1), jax.random.PRNGKey(1), num_steps=600, learning_rate=0.05, num_particles=2
+        potential, starts, jnp.log(0.1), jax.random.PRNGKey(1), num_steps=1500, learning_rate=0.05, num_particles=2
     )
     assert np.all(np.abs(np.asarray(locs) - np.asarray(mean)) < 0.25 * np.asarray(sd)), locs
     np.testing.assert_allclose(scales, np.broadcast_to(sd, (8, 3)), rtol=0.15)
