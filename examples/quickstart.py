@@ -136,53 +136,72 @@ def print_compile_table(rows):
 
 
 def make_figure(gm, rows, mc, mc_se, timing_rows):
-    """Left: the mixture's density. Middle: every estimate beside the Monte Carlo band.
-    Right: compile time against the number of compositions."""
+    """Left: the mixture's density. Middle: every estimate beside the Monte Carlo value.
+    Right: compile time against the number of compositions, one colour per ``K`` and one
+    marker per order."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), gridspec_kw=dict(width_ratios=[1, 1.5, 1.2]))
+    fig, axes = plt.subplots(
+        1, 3, figsize=(15, 4.8), gridspec_kw=dict(width_ratios=[1.05, 1.45, 1.2]), layout="constrained"
+    )
     # density
     ax = axes[0]
     g = np.linspace(-5.5, 5.5, 200)
     xx, yy = np.meshgrid(g, g)
     pts = jnp.asarray(np.stack([xx.ravel(), yy.ravel()], -1), jnp.float32)
     dens = np.exp(np.asarray(gm.log_prob(pts))).reshape(xx.shape)
-    ax.contourf(xx, yy, dens, levels=20, cmap="viridis")
-    ax.plot(*np.asarray(gm.loc).T, "w+", ms=10)
-    ax.set_title("GaussianMixture, K = 4, d = 2")
+    cs = ax.contourf(xx, yy, dens, levels=20, cmap="viridis")
+    ax.plot(*np.asarray(gm.loc).T, "w+", ms=10, mew=1.5, label="component means")
+    ax.set_xlabel("$x_1$")
+    ax.set_ylabel("$x_2$")
+    ax.set_title("density of the mixture, K = 4, d = 2")
     ax.set_aspect("equal")
+    ax.legend(loc="lower left", fontsize=8, facecolor="0.3", labelcolor="w", framealpha=0.7)
+    fig.colorbar(cs, ax=ax, label="p(x)", shrink=0.85, pad=0.02)
     # estimates
     ax = axes[1]
-    ax.axvspan(mc - 2 * mc_se, mc + 2 * mc_se, color="0.85", label="Monte Carlo +- 2 se")
-    ax.axvline(mc, color="0.4", lw=1)
+    lo = min([v for _, v in rows] + [mc])
+    hi = max([v for _, v in rows] + [mc])
+    span = hi - lo + 0.04
+    band_visible = 4 * mc_se > 0.004 * span
+    mc_label = f"Monte Carlo {mc:.4f} $\\pm$ {2 * mc_se:.4f} (2 se)"
+    if band_visible:
+        ax.axvspan(mc - 2 * mc_se, mc + 2 * mc_se, color="0.85", label="Monte Carlo $\\pm$ 2 se")
+        ax.axvline(mc, color="0.4", lw=1, label=f"Monte Carlo {mc:.4f}")
+    else:  # the band would be thinner than the line: say so in the legend
+        ax.axvline(mc, color="0.4", lw=1, label=mc_label + "; band thinner than the line")
+    styles = {"lower": (">", "tab:blue", "lower bound"), "upper": ("<", "tab:red", "upper bound")}
+    seen = set()
     for i, (label, value) in enumerate(rows):
         kind = BOUNDS.get(label.split(" ")[0])
-        marker, color = {"lower": (">", "tab:blue"), "upper": ("<", "tab:red")}.get(kind, ("o", "k"))
-        ax.plot(value, i, marker, color=color, ms=7)
+        marker, color, name = styles.get(kind, ("o", "k", "approximation"))
+        ax.plot(value, i, marker, color=color, ms=7, ls="none", label=None if name in seen else name)
+        seen.add(name)
     ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=8)
-    ax.invert_yaxis()
-    lo = min(v for _, v in rows)
-    hi = max(v for _, v in rows)
-    ax.set_xlim(lo - 0.05 * (hi - lo) - 0.02, hi + 0.05 * (hi - lo) + 0.02)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(lo - 0.05 * span, hi + 0.05 * span)
     ax.set_xlabel("entropy (nats)")
-    ax.set_title("estimates (o), lower (>) and upper (<) bounds")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title("every estimator of ENTROPY_METHODS")
+    ax.grid(axis="x", color="0.92")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, fontsize=8, frameon=False)
     # compile time
     ax = axes[2]
-    order = np.argsort([r["compositions"] for r in timing_rows])
-    n = np.array([timing_rows[i]["compositions"] for i in order])
-    c = np.array([timing_rows[i]["compile"] for i in order])
-    ax.semilogx(n, c, "o-", color="tab:green")
-    for j, i in enumerate(order):
-        r = timing_rows[i]
-        ax.annotate(f"K={r['K']}\nN={r['order']}", (r["compositions"], r["compile"]), fontsize=7,
-                    ha="center", va="bottom" if j % 2 == 0 else "top",
-                    xytext=(0, 6 if j % 2 == 0 else -6), textcoords="offset points")
-    ax.set_ylim(0, max(1.0, 1.6 * c.max()))
+    Ks = sorted({r["K"] for r in timing_rows})
+    orders = sorted({r["order"] for r in timing_rows})
+    colors = dict(zip(Ks, plt.cm.tab10(np.arange(len(Ks)) % 10)))
+    markers = dict(zip(orders, "osD^vP*X"))
+    for r in timing_rows:
+        ax.semilogx(r["compositions"], r["compile"], markers[r["order"]], color=colors[r["K"]], ms=8, mec="k", mew=0.5)
+    n = np.array([r["compositions"] for r in timing_rows])
+    c = np.array([r["compile"] for r in timing_rows])
+    handles = [plt.Line2D([], [], ls="none", marker="s", color=colors[K], mec="k", mew=0.5, label=f"K = {K}") for K in Ks]
+    handles += [plt.Line2D([], [], ls="none", marker=markers[o], color="0.6", mec="k", mew=0.5, label=f"order {o}") for o in orders]
+    ax.legend(handles=handles, fontsize=8, ncol=2, loc="upper left")
+    ax.set_ylim(0, max(1.0, 1.5 * c.max()))
     ax.set_xlabel("compositions in the series (log scale)")
     ax.set_ylabel("trace + compile (s)")
-    ax.set_title(f"compositions x{n.max() / n.min():,.0f}, compile time x{c.max() / c.min():.1f}")
-    fig.tight_layout()
+    ax.set_title(f"compile time of jit(legendre_entropy)\ncompositions x{n.max() / n.min():,.0f}, time x{c.max() / c.min():.1f}")
+    ax.grid(color="0.92")
     return fig
 
 

@@ -39,10 +39,9 @@ pair is sampled from both sides. With weights ``beta_aa = w_a / 2``,
     + \epsilon_r^2 .
 
 ``E[\hat C] = \int \sum \beta_{ab} q_{ab}\, pR/Q = \int p R = C`` for any weights and centres,
-so the value is unbiased; every draw is a differentiable function of the parameters (the
-centres' offsets ``t (mu_b - mu_a)`` are held fixed in differentiation, which keeps the
-identity), so the gradient is an unbiased estimate of the entropy's gradient (logits
-included). ``T`` is bounded because ``Q >= p/2`` (the defensive part), and each layer has
+so the value is unbiased; every draw is a differentiable function of the parameters and
+the identity holds for all of them, so the gradient (the exact derivative of the estimate
+for fixed ``z``) is an unbiased estimate of the entropy's gradient (logits included). ``T`` is bounded because ``Q >= p/2`` (the defensive part), and each layer has
 strata of its own, so the draws that carry ``C`` are not rare and the sample variance is
 reliable; for one Gaussian ``C = 0`` and the estimate is exact. ``q_ab(x)`` costs no extra
 solve: ``ln q_ab = ln N_a + u_a . v_ab - |v_ab|^2 / 2`` with ``u_a = L_a^{-1}(x - mu_a)`` and
@@ -112,11 +111,10 @@ def monte_carlo_entropy(log_weights, locs, scale_tril, scale, *, key, num_sample
     l_inv = solve_triangular(tril, eye, lower=True)  # (K, d, d)
     off = ~jnp.eye(K, dtype=bool)  # ordered pairs (a, b), a != b
     # crossing point c_ab = mu_a + t_ab (mu_b - mu_a), equally far from both in each one's
-    # metric (t_ab = D_b / (D_a + D_b), D_a = |L_a^-1 (mu_b - mu_a)|); c_ba = c_ab. Held fixed
-    # in differentiation: the estimate is unbiased for every c.
-    sg = jax.lax.stop_gradient
-    diff = sg(locs_c[None, :, :] - locs_c[:, None, :])  # (a, b, d): mu_b - mu_a
-    dist = jnp.sqrt(jnp.sum(jnp.square(jnp.einsum("aij,abj->abi", sg(l_inv), diff)), -1))  # D_a of pair (a, b)
+    # metric (t_ab = D_b / (D_a + D_b), D_a = |L_a^-1 (mu_b - mu_a)|); c_ba = c_ab.
+    diff = locs_c[None, :, :] - locs_c[:, None, :]  # (a, b, d): mu_b - mu_a
+    d2 = jnp.sum(jnp.square(jnp.einsum("aij,abj->abi", l_inv, diff)), -1)
+    dist = jnp.where(d2 > 0, jnp.sqrt(jnp.where(d2 > 0, d2, 1.0)), 0.0)  # D_a of pair (a, b)
     dsum = dist + dist.T
     t = jnp.where(dsum > 0, dist.T / jnp.where(dsum > 0, dsum, 1.0), 0.5)
     cross = locs_c[:, None, :] + t[..., None] * diff  # (a, b, d), the mean of stratum (a, b)
