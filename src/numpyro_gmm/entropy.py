@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import warnings
 
+import jax
 import jax.numpy as jnp
 from jax.nn import log_softmax
 
@@ -632,6 +633,16 @@ def entropy_bounds(
     log_w, locs_, tril_, scale_, ok, dtype = _prepare(logits, locs, scale_tril, scale)
     d = locs_.shape[-1]
     order = check_int("order", order, 1)
+    taylor_order = _check_taylor_order(order, dtype) if d <= TAYLOR_BOUND_MAX_DIM else 0
+    block_size = check_int("block_size", block_size, 1)
+    return _bounds_kernel(log_w, locs_, tril_, scale_, ok, taylor_order=taylor_order, block_size=block_size)
+
+
+@functools.partial(jax.jit, static_argnames=("taylor_order", "block_size"))
+def _bounds_kernel(log_w, locs_, tril_, scale_, ok, *, taylor_order, block_size):
+    """:func:`entropy_bounds` after validation, compiled as one program (an eager call would
+    dispatch, and compile, each of the factorisations' loop steps separately)."""
+    dtype = locs_.dtype
     locs_, tril_, scale_, shift = _bounds.rescaled(locs_, tril_, scale_)
 
     def finite_or(x, fill):
@@ -641,10 +652,9 @@ def entropy_bounds(
         _bounds.huber_lower(log_w, locs_, tril_, scale_),
         _bounds.pairwise_bhattacharyya_lower(log_w, locs_, tril_, scale_),
     ]
-    if d <= TAYLOR_BOUND_MAX_DIM:
-        order = _check_taylor_order(order, dtype)
-        log_a, lm = _moments(log_w, locs_, tril_, scale_, order=order, a=None, block_size=block_size, dtype=dtype)
-        lowers.append(_taylor.taylor_entropy_from_moments(lm, log_a, order))
+    if taylor_order:
+        log_a, lm = _moments(log_w, locs_, tril_, scale_, order=taylor_order, a=None, block_size=block_size, dtype=dtype)
+        lowers.append(_taylor.taylor_entropy_from_moments(lm, log_a, taylor_order))
     uppers = [
         _bounds.huber_upper(log_w, locs_, tril_, scale_),
         _bounds.pairwise_kl_upper(log_w, locs_, tril_, scale_),
