@@ -121,6 +121,7 @@ def mc_estimate(logits, locs, factor, z, diag):
         diff = (x[:, :, None, :] - locs[None, None]) / factor[None, None]  # (K, S, K, d)
         sq = jnp.sum(diff**2, -1)
     else:
+        factor = jnp.tril(factor)  # only the lower triangle counts, as in the package
         x = locs[:, None, :] + jnp.einsum("kab,ksb->ksa", factor, z)
         log_det = jnp.sum(jnp.log(jnp.abs(jnp.diagonal(factor, axis1=1, axis2=2))), -1)
         diff = x[:, :, None, :] - locs[None, None]  # (K, S, K, d)
@@ -172,17 +173,18 @@ def main(argv=None):
     ap.add_argument("--keys", type=int, default=32)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--max-d", type=int, default=100)
+    ap.add_argument("--min-d", type=int, default=1)
     a = ap.parse_args(argv)
     rows, t0 = [], time.time()
     for label, fam, d, K, cov in CASES:
-        if d > a.max_d:
+        if not a.min_d <= d <= a.max_d:
             continue
         diag = cov == "diag"
         logits, locs, tril = mixture(fam, d, K)
         factor = np.diagonal(tril, axis1=1, axis2=2).copy() if diag else tril
         params = tuple(jnp.asarray(x, jnp.float64) for x in (logits, locs, factor))
         t = time.time()
-        if d <= 2 and not (d == 2 and fam.startswith("spike")):
+        if d <= 2 and not (d == 2 and (fam.startswith("spike") or fam == "thin")):
             ref = fd_gradient(params, diag)
             se = [np.zeros_like(x) for x in ref]
         else:

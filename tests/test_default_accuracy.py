@@ -81,10 +81,15 @@ def test_1d_hard_cases(family):
 
 @pytest.mark.parametrize("family, K", [("weights", 8), ("thin", 4), ("overlap", 16)])
 def test_2d_hard_cases_full(family, K):
+    # Crossing thin ellipses (condition 1e4) are ridges a Gauss-Hermite grid in another
+    # component's coordinates does not resolve (it is 0.011 off): Monte Carlo truth there.
     logits, locs, tril = reference.hard_mixture(family, 2, K)
-    truth = reference.entropy_gauss_hermite(_weights(logits), locs, tril, n=120)
+    if family == "thin":
+        truth, se = reference.entropy_monte_carlo_chol(_weights(logits), locs, tril, draws_per_component=2**17)
+    else:
+        truth, se = reference.entropy_gauss_hermite(_weights(logits), locs, tril, n=120), 0.0
     got = auto_entropy(_as(logits), _as(locs), _as(tril))
-    assert abs(float(got) - truth) < TOL
+    assert abs(float(got) - truth) < TOL + 4 * se
 
 
 def test_2d_spike_against_monte_carlo():
