@@ -473,8 +473,9 @@ def make_figure(results, path):
         ax.set_title(title)
     axes[0].axvline(0.15, color="k", ls=":", lw=1)
     axes[1].set_xscale("log")
-    axes[0].legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=4)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=90)
     print(f"wrote {path}")
 
