@@ -25,7 +25,7 @@ from ._kernels import monte_carlo as _monte_carlo
 from ._kernels import taylor as _taylor
 from ._kernels.gaussian import all_finite
 from ._kernels.mixing import DEFAULT_NUM_POINTS
-from ._kernels.power_integrals import DEFAULT_BLOCK_SIZE, log_moments
+from ._kernels.power_integrals import DEFAULT_BLOCK_SIZE, log_moments, moment_cost
 from ._validation import check_int, check_mixture_shapes, float_dtype
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "FLOAT64_SAFE_ORDER",
     "LEGENDRE_ACCURATE_MAX_DIM",
     "LEGENDRE_DEFAULT_MAX_DIM",
+    "TAYLOR_BOUND_MAX_COMPOSITIONS",
     "TAYLOR_BOUND_MAX_DIM",
     "TAYLOR_MAX_ORDER",
     "auto_entropy",
@@ -78,6 +79,12 @@ TAYLOR_MAX_ORDER = {"float32": 24, "float64": 50}
 #: lower bound in 5 of 12 at d = 1 and in none at d = 2 and 3, while its power moments are
 #: the only part of the bounds whose cost grows with the order and ``K``.
 TAYLOR_BOUND_MAX_DIM = 2
+#: Largest number of compositions for which :func:`entropy_bounds` includes the Taylor lower
+#: bound (2^21: ``K <= 16`` components at order 8, about 0.2 s on one CPU core); beyond it
+#: the bounds are the closed forms alone, so that they stay cheap for any ``K`` (the Taylor
+#: term's cost grows as ``C(order + K, K - 1)``; the explicit ``taylor_entropy`` still
+#: computes it, or raises ``ValueError`` past the engine's size limits).
+TAYLOR_BOUND_MAX_COMPOSITIONS = 1 << 21
 #: Largest dimension at which the default (``"auto"``) uses the Legendre series: 0, i.e.
 #: nowhere. Measured (docs/accuracy.md, "Why the default is not the Legendre series"): at
 #: order 8 the series is off by +0.0145 nats on two unit Gaussians 2 apart in 1-D, +0.007 on a
@@ -619,7 +626,9 @@ def entropy_bounds(
     * The Taylor lower bound is included only for ``d <= TAYLOR_BOUND_MAX_DIM`` (2): beyond
       it it cannot compete (it misses ``H`` by about ``d/2 - ln(order)`` for one Gaussian)
       and its power moments are the only costly part. ``order`` (an int ``>= 1``, checked in
-      every dimension) is clamped to :data:`TAYLOR_MAX_ORDER` with a warning.
+      every dimension) is clamped to :data:`TAYLOR_MAX_ORDER` with a warning. It is also left
+      out when its power moments need more than :data:`TAYLOR_BOUND_MAX_COMPOSITIONS`
+      compositions (``K > 16`` at order 8), so the bounds stay cheap for any ``K``.
     * The bounds are evaluated in rescaled units (:func:`numpyro_gmm._kernels.bounds.rescaled`:
       ``H(cY) = H(Y) + d ln c``), so scales far from 1 (``1e-20``, ``1e20`` in float32) do
       not under- or overflow.
@@ -634,6 +643,10 @@ def entropy_bounds(
     d = locs_.shape[-1]
     order = check_int("order", order, 1)
     taylor_order = _check_taylor_order(order, dtype) if d <= TAYLOR_BOUND_MAX_DIM else 0
+    if taylor_order:
+        comps, _ = moment_cost(locs_.shape[0], d, taylor_order, scale_ is not None, jnp.dtype(dtype).itemsize)
+        if comps > TAYLOR_BOUND_MAX_COMPOSITIONS:
+            taylor_order = 0
     block_size = check_int("block_size", block_size, 1)
     return _bounds_kernel(log_w, locs_, tril_, scale_, ok, taylor_order=taylor_order, block_size=block_size)
 
