@@ -44,6 +44,7 @@ warnings.filterwarnings("ignore", message="legendre_entropy in d=")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import reference  # noqa: E402
+from doc_sections import write_section  # noqa: E402
 from timing import timed  # noqa: E402
 
 import numpyro_gmm.entropy as E  # noqa: E402
@@ -224,22 +225,9 @@ def main():
     md = render(rows, skipped, timing, orders, default_order, dims, args, t_acc)
     md = md.replace("\n## Worst |error| per method", "\n![Worst error per dimension](images/accuracy.png)\n\n"
                     "## Worst |error| per method", 1)
-    write_between_markers(args.out, md)
+    write_section(args.out, "accuracy", md)
     print(md)
     print(f"wrote {os.path.relpath(args.out)} in {time.perf_counter() - t_start:.0f} s")
-
-
-def write_between_markers(path, md, name="accuracy"):
-    """Replace the generated part ``name`` of ``path`` (between its markers), keeping the
-    rest of the file; without the markers the part is appended."""
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    text = open(path).read() if os.path.exists(path) else ""
-    if begin in text and end in text:
-        text = text[: text.index(begin)] + f"{begin}\n{md}\n" + text[text.index(end):]
-    else:
-        text += f"{begin}\n{md}\n{end}\n"
-    with open(path, "w") as f:
-        f.write(text)
 
 
 PLOTTED = [("auto", None, "auto (default)", "k", "-"),

@@ -26,7 +26,8 @@ import numpy as np  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from accuracy import make_mixture, truth, write_between_markers  # noqa: E402
+from accuracy import make_mixture, truth  # noqa: E402
+from doc_sections import write_section  # noqa: E402
 
 from numpyro_gmm import DEFAULT_NUM_POINTS, mixing_qmc_entropy  # noqa: E402
 
@@ -73,7 +74,7 @@ def main():
              f"se of the truth {worst[5]:.4f}); largest float32 - float64 difference: "
              f"{max(abs(r[7] - r[6]) for r in rows):.1e}.\n")
     md = "\n".join(L)
-    write_between_markers(args.out, md, name="mixing-scale")
+    write_section(args.out, "mixing-scale", md)
     print(md)
 
 

@@ -41,6 +41,8 @@ import subprocess
 import sys
 import time
 
+from doc_sections import write_section
+
 KS = (2, 3, 4, 8, 16, 32)
 ORDERS = (2, 4, 6, 8, 10)
 DIMS = (1, 2, 8)
@@ -254,19 +256,6 @@ def main():
             pass
         if a.write:
             write_section(a.write, "compile-time", "\n".join(lines) + "\n\n" + summary + "\n")
-
-
-def write_section(path: str, name: str, body: str) -> None:
-    """Replace the text between ``<!-- name:begin -->`` and ``<!-- name:end -->`` in ``path``."""
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    text = open(path).read() if os.path.exists(path) else ""
-    block = f"{begin}\n{body}{end}"
-    if begin in text and end in text:
-        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(text)
 
 
 if __name__ == "__main__":

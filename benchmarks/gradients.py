@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import reference as R  # noqa: E402
 
+from doc_sections import write_section  # noqa: E402
 import numpyro_gmm.entropy as E  # noqa: E402
 
 GROUPS = ("loc", "factor", "logits")
@@ -237,12 +238,7 @@ def main(argv=None):
     text = "\n".join(lines) + "\n"
     print(text)
     if a.write:
-        p = ROOT / "docs" / "accuracy.md"
-        doc = p.read_text()
-        b, e = "<!-- gradients:begin -->", "<!-- gradients:end -->"
-        block = f"{b}\n{text}\n{e}"
-        doc = doc[: doc.index(b)] + block + doc[doc.index(e) + len(e):] if b in doc else doc.rstrip() + "\n\n" + block + "\n"
-        p.write_text(doc)
+        write_section(ROOT / "docs" / "accuracy.md", "gradients", text)
 
 
 if __name__ == "__main__":

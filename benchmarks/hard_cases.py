@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import reference as R  # noqa: E402
 
+from doc_sections import write_section  # noqa: E402
 import numpyro_gmm.entropy as E  # noqa: E402
 from numpyro_gmm._kernels import modes  # noqa: E402
 from numpyro_gmm._kernels.power_integrals import MAX_COMPOSITIONS, moment_cost  # noqa: E402
@@ -164,12 +165,7 @@ def main(argv=None):
     text = "\n".join(lines)
     print(text)
     if a.write:
-        p = ROOT / "docs" / "accuracy.md"
-        doc = p.read_text()
-        b, e = "<!-- hard-cases:begin -->", "<!-- hard-cases:end -->"
-        block = f"{b}\n{text}\n{e}"
-        doc = doc[: doc.index(b)] + block + doc[doc.index(e) + len(e):] if b in doc else doc.rstrip() + "\n\n" + block + "\n"
-        p.write_text(doc)
+        write_section(ROOT / "docs" / "accuracy.md", "hard-cases", text)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import numpyro.distributions as dist  # noqa: E402
 from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoMultivariateNormal  # noqa: E402
 
+from doc_sections import write_section  # noqa: E402
 from numpyro_gmm import AutoGaussianMixture, GaussianMixture, TraceEntropy_ELBO  # noqa: E402
 from numpyro_gmm._kernels.mixing import DEFAULT_NUM_POINTS  # noqa: E402
 
@@ -194,12 +195,7 @@ def main(argv=None):
     text = "\n".join(lines)
     print(text)
     if a.write:
-        p = ROOT / "docs" / "performance.md"
-        doc = p.read_text()
-        b, e = f"<!-- scale-{a.part}:begin -->", f"<!-- scale-{a.part}:end -->"
-        block = f"{b}\n{text}\n{e}"
-        doc = doc[: doc.index(b)] + block + doc[doc.index(e) + len(e):] if b in doc else doc.rstrip() + "\n\n" + block + "\n"
-        p.write_text(doc)
+        write_section(ROOT / "docs" / "performance.md", f"scale-{a.part}", text)
 
 
 if __name__ == "__main__":
