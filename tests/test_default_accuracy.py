@@ -27,6 +27,7 @@ from numpyro_gmm import (
     entropy_bounds,
     legendre_entropy,
     mixing_qmc_entropy,
+    taylor_entropy,
 )
 from numpyro_gmm._kernels.power_integrals import MAX_COMPOSITIONS, moment_cost
 
@@ -143,9 +144,12 @@ def test_explicit_legendre_raises_before_allocating_at_k64():
     with pytest.raises(ValueError, match=r"K=64 components, order=8 .* compositions and about .* GiB"):
         gm.entropy(method="legendre")
     with pytest.raises(ValueError, match="K=64"):
-        entropy_bounds(_as(np.zeros(64)), locs, scale=_as(np.ones((64, 2))))
+        taylor_entropy(_as(np.zeros(64)), locs, scale=_as(np.ones((64, 2))))
     h = gm.entropy()  # the default answers
     assert np.isfinite(float(h))
+    # the bounds answer too: past TAYLOR_BOUND_MAX_COMPOSITIONS they leave the Taylor term out
+    lo, hi = (float(x) for x in entropy_bounds(_as(np.zeros(64)), locs, scale=_as(np.ones((64, 2)))))
+    assert np.isfinite(lo) and np.isfinite(hi) and lo <= float(h) <= hi
 
 
 def test_moment_cost_counts_compositions():

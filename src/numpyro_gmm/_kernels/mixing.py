@@ -59,7 +59,7 @@ from jax import lax
 from scipy.special import ndtri
 from scipy.stats import qmc
 
-from .bounds import component_entropies, log_abs_det
+from .bounds import component_entropies, log_abs_det, rescaled
 from .gaussian import tril_inverse
 
 Array = jnp.ndarray
@@ -135,6 +135,9 @@ def mixing_qmc_entropy(
     """
     K, d = locs.shape
     dtype = locs.dtype
+    # Work in units of the geometric-mean scale (exact: H(cY) = H(Y) + d ln c, bounds.rescaled),
+    # so that 1 / s^2 neither overflows nor underflows float32 for scales like 1e-20 or 1e20.
+    locs, scale_tril, scale, d_log_c = rescaled(locs, scale_tril, scale)
     if key is None:
         z = jnp.asarray(normal_points(num_points, d), dtype)  # (M, d)
     else:
@@ -183,4 +186,4 @@ def mixing_qmc_entropy(
     mix = lax.map(mixing_term, xs)  # (K,)
     h_gauss = component_entropies(scale_tril, scale, d)
     h_w = -jnp.sum(w * jnp.where(finite, log_weights, 0.0))  # w = 0 where not finite
-    return jnp.sum(w * (h_gauss - mix)) + h_w
+    return jnp.sum(w * (h_gauss - mix)) + h_w + d_log_c

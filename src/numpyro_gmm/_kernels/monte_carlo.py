@@ -61,9 +61,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.linalg import solve_triangular
 
 from .bounds import dense_tril, log_abs_det
+from .gaussian import tril_inverse
 from .modes import LOG_2PI
 
 Array = jnp.ndarray
@@ -107,8 +107,7 @@ def monte_carlo_entropy(log_weights, locs, scale_tril, scale, *, key, num_sample
     if K == 1:  # C = 0: exact up to rounding
         return base, eps * scale_r
 
-    eye = jnp.broadcast_to(jnp.eye(d, dtype=dtype), tril.shape)
-    l_inv = solve_triangular(tril, eye, lower=True)  # (K, d, d)
+    l_inv = tril_inverse(tril)  # (K, d, d); no LAPACK call (gaussian.py: the 2-core deadlock)
     off = ~jnp.eye(K, dtype=bool)  # ordered pairs (a, b), a != b
     # crossing point c_ab = mu_a + t_ab (mu_b - mu_a), equally far from both in each one's
     # metric (t_ab = D_b / (D_a + D_b), D_a = |L_a^-1 (mu_b - mu_a)|); c_ba = c_ab.
