@@ -52,7 +52,8 @@ def test_gradient_through_many_blocks_equals_one_block(rng, d, diagonal):
             log_a, lm = log_moments(*args, k_max=4, block_size=block_size)
             return log_a + jnp.sum(jnp.exp(lm) * jnp.arange(1.0, 5.0, dtype=lm.dtype))
 
-        return jax.value_and_grad(moments, argnums=(0, 1, 2))(log_w, locs, scale if diagonal else tril)
+        # jitted: the same code, traced once (called eagerly, each operation compiles on its own)
+        return jax.jit(jax.value_and_grad(moments, argnums=(0, 1, 2)))(log_w, locs, scale if diagonal else tril)
 
     many, one = f(7), f(100_000)
     tol = dict(rtol=1e-10, atol=1e-12) if X64 else dict(rtol=2e-5, atol=2e-6)
@@ -112,7 +113,7 @@ def test_solve_rows_matches_numpy(rng, d):
     lam = A @ np.swapaxes(A, -1, -2) + d * np.eye(d)
     eta = rng.normal(size=(B, d))
     iu, ju = np.triu_indices(d)
-    got = solve_rows(jnp.asarray(eta.T, ftype()), jnp.asarray(lam[:, iu, ju].T, ftype()), d)
+    got = jax.jit(solve_rows, static_argnums=2)(jnp.asarray(eta.T, ftype()), jnp.asarray(lam[:, iu, ju].T, ftype()), d)
     expected = np.linalg.solve(lam, eta[..., None])[..., 0].T
     tol = dict(rtol=1e-10, atol=1e-12) if X64 else dict(rtol=2e-4, atol=2e-5)
     np.testing.assert_allclose(np.asarray(got), expected, **tol)
@@ -131,8 +132,9 @@ def test_row_solvers_give_nan_for_a_matrix_that_is_not_positive_definite(rng, d)
     iu, ju = np.triu_indices(d)
     rows = jnp.asarray(lam[:, iu, ju].T, ftype())
     eta = jnp.asarray(rng.normal(size=(d, 2)), ftype())
-    outputs = [solve_rows(eta, rows, d), *logdet_and_quad_rows(eta, rows, d, False)]
-    log_det, inv = logdet_and_inverse_rows(rows, d)
+    outputs = [jax.jit(solve_rows, static_argnums=2)(eta, rows, d),
+               *jax.jit(logdet_and_quad_rows, static_argnums=(2, 3))(eta, rows, d, False)]
+    log_det, inv = jax.jit(logdet_and_inverse_rows, static_argnums=1)(rows, d)
     outputs += [log_det, *inv]
     for out in outputs:
         out = np.asarray(out).reshape(-1, 2)
@@ -150,7 +152,7 @@ def test_logdet_and_inverse_rows_match_numpy(rng, d):
     lam = A @ np.swapaxes(A, -1, -2) + d * np.eye(d)
     iu, ju = np.triu_indices(d)
     rows = [jnp.asarray(lam[..., i, j], ftype()) for i, j in zip(iu, ju)]
-    log_det, inv = logdet_and_inverse_rows(rows, d)
+    log_det, inv = jax.jit(logdet_and_inverse_rows, static_argnums=1)(rows, d)
     got = np.stack([np.asarray(x) for x in inv], -1)
     expected = np.linalg.inv(lam)[..., iu, ju]
     tol = dict(rtol=1e-10, atol=1e-12) if X64 else dict(rtol=2e-4, atol=2e-5)
@@ -167,14 +169,17 @@ def test_embedded_and_unranked_half_tables_agree(rng, monkeypatch, d, diagonal):
     log_w, locs, tril = mixture(rng, 7, d)
     factor = jnp.exp(0.3 * jnp.asarray(rng.normal(size=(7, d)), ftype())) if diagonal else tril
 
-    def f(lw, m, t):
-        args = (lw, m, None, t) if diagonal else (lw, m, t)
-        log_a, lm = pi.log_moments(*args, k_max=4, block_size=64)
-        return log_a + jnp.sum(jnp.exp(lm) * jnp.arange(1.0, 5.0, dtype=lm.dtype))
+    def value_and_grad():
+        def f(lw, m, t):  # a new function per call: jit's cache must not return the other path
+            args = (lw, m, None, t) if diagonal else (lw, m, t)
+            log_a, lm = pi.log_moments(*args, k_max=4, block_size=64)
+            return log_a + jnp.sum(jnp.exp(lm) * jnp.arange(1.0, 5.0, dtype=lm.dtype))
 
-    embedded = jax.value_and_grad(f, argnums=(0, 1, 2))(log_w, locs, factor)
+        return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2)))(log_w, locs, factor)
+
+    embedded = value_and_grad()
     monkeypatch.setattr(pi, "EMBED_MAX_ENTRIES", 0)
-    unranked = jax.value_and_grad(f, argnums=(0, 1, 2))(log_w, locs, factor)
+    unranked = value_and_grad()
     tol = dict(rtol=1e-12, atol=1e-12) if X64 else dict(rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(embedded[0], unranked[0], **tol)
     for a, b in zip(embedded[1], unranked[1]):
@@ -194,6 +199,6 @@ def test_gradient_through_an_inner_jit_equals_plain_gradient(rng):
 
     inner = jax.jit(moments)
     got = jax.grad(lambda m: inner(log_w, m, tril))(locs)
-    expected = jax.grad(lambda m: moments(log_w, m, tril))(locs)
+    expected = jax.jit(jax.grad(lambda m: moments(log_w, m, tril)))(locs)  # one trace, no inner jit
     tol = dict(rtol=1e-10, atol=1e-12) if X64 else dict(rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(got, expected, **tol)
