@@ -132,7 +132,8 @@ def part_svi(a, dtype):
                 continue
             kw = dict(rank=4) if cov == "lowrank" else {}
             setups.append((f"AutoGaussianMixture(K=4, {cov}{', rank 4' if kw else ''}) + TraceEntropy_ELBO",
-                           AutoGaussianMixture(model, num_components=4, covariance=cov, **kw), TraceEntropy_ELBO(), cov))
+                           AutoGaussianMixture(model, num_components=4, covariance=cov, init_method=a.init_method, **kw),
+                           TraceEntropy_ELBO(), cov))
         if d <= 1000:  # d x d factor and its O(d^3) work per step beyond
             setups.append(("AutoMultivariateNormal + Trace_ELBO", AutoMultivariateNormal(model), Trace_ELBO(), None))
         setups.append(("AutoLowRankMultivariateNormal(rank 4) + Trace_ELBO",
@@ -191,6 +192,7 @@ def main(argv=None):
     ap.add_argument("--dims", default="2,10,100,1000", help="entropy part: comma-separated d")
     ap.add_argument("--svi-dims", default="10,100,1000", help="svi part: comma-separated d")
     ap.add_argument("--rank", type=int, default=2, help="rank r of the lowrank entropy rows")
+    ap.add_argument("--init-method", default="fits", help="AutoGaussianMixture init_method (svi part)")
     ap.add_argument("--tag", default="", help="suffix of the docs section name")
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args(argv)

@@ -213,6 +213,7 @@ def test_batch_jit_vmap_and_pytree():
     axes = vmap_over(low, loc=0, cov_factor=0, cov_diag=0, logits=0)
     vm = jax.vmap(lambda g: g.entropy(num_points=256), in_axes=(axes,))(low)
     np.testing.assert_allclose(vm, eager, rtol=1e-5)
+    low.validate_args()  # the held parameters pass the value checks (strict, eager)
     leaves, tree = jax.tree.flatten(low)
     back = jax.tree.unflatten(tree, leaves)
     assert back.is_lowrank and not back.is_diagonal
