@@ -6,16 +6,21 @@ Part 1 (``--part entropy``): for K in {2, 8, 32, 128} x d in {2, 10, 100, 1000} 
 ``jax.value_and_grad`` with respect to logits, means and factors, and the peak memory XLA
 plans for the call (``compiled.memory_analysis()``: arguments + outputs + temporaries).
 Configurations whose work ``K^2 M d^2`` (full) exceeds ``--max-flops`` are skipped (listed).
+``lowrank``: ``GaussianMixture(loc, cov_factor=W, cov_diag=D)`` with ``W (K, d, --rank)``
+(work ``K^2 M d r``; ``--dims`` may add d = 10000).
 
 Part 2 (``--part svi``): one ``SVI.update`` step, best of ``--steps``, on the model
 ``z ~ N(0, I_d)``, ``y ~ N(z, 1)`` (100 observations per coordinate... one vector), for
 ``AutoGaussianMixture(K=4)`` + ``TraceEntropy_ELBO`` (full covariances for d <= 100, diagonal
-at every d) and ``AutoMultivariateNormal`` / ``AutoLowRankMultivariateNormal`` (rank 4) +
+at every d; ``lowrank``: ``covariance="lowrank", rank=4``) and ``AutoMultivariateNormal`` /
+``AutoLowRankMultivariateNormal`` (rank 4) +
 ``Trace_ELBO``, side by side in one run; and the share of the mixture's step spent in its
 entropy (value and gradient of the entropy alone, same parameters).
 
-``python benchmarks/scale.py [--part entropy|svi|all] [--write]`` writes its tables between
-``<!-- scale:begin -->`` / ``<!-- scale:end -->`` in docs/performance.md.
+``python benchmarks/scale.py [--part entropy|svi|all] [--covs diag,full,lowrank] [--dims ...]
+[--svi-dims ...] [--write]`` writes its tables between ``<!-- scale-PART[-TAG]:begin -->`` /
+``<!-- scale-PART[-TAG]:end -->`` in docs/performance.md (``--tag``, e.g. ``lowrank``, keeps
+the sections of a restricted run apart).
 """
 
 from __future__ import annotations
@@ -59,12 +64,15 @@ def peak_bytes(jitted, *a):
     return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
 
 
-def mixture_params(K, d, cov, dtype, seed=0):
+def mixture_params(K, d, cov, dtype, seed=0, rank=2):
     rng = np.random.default_rng(seed)
     logits = jnp.asarray(0.5 * rng.normal(size=K), dtype)
     locs = jnp.asarray(rng.normal(size=(K, d)), dtype)
     if cov == "diag":
         factor = jnp.asarray(rng.uniform(0.6, 1.4, (K, d)), dtype)
+    elif cov == "lowrank":
+        factor = (jnp.asarray(rng.normal(size=(K, d, rank)) / np.sqrt(d), dtype),
+                  jnp.asarray(rng.uniform(0.4, 2.0, (K, d)), dtype))
     else:
         factor = jnp.asarray(np.eye(d) * rng.uniform(0.6, 1.4, (K, 1, d)), dtype)
     return logits, locs, factor
@@ -73,20 +81,22 @@ def mixture_params(K, d, cov, dtype, seed=0):
 def entropy_fn(cov):
     if cov == "diag":
         return lambda lg, m, f: GaussianMixture(m, scale=f, logits=lg).entropy()
+    if cov == "lowrank":
+        return lambda lg, m, f: GaussianMixture(m, cov_factor=f[0], cov_diag=f[1], logits=lg).entropy()
     return lambda lg, m, f: GaussianMixture(m, scale_tril=f, logits=lg).entropy()
 
 
 def part_entropy(a, dtype):
     rows, skipped = [], []
     M = DEFAULT_NUM_POINTS
-    for cov in ("diag", "full"):
-        for d in (2, 10, 100, 1000):
+    for cov in a.covs.split(","):
+        for d in map(int, a.dims.split(",")):
             for K in (2, 8, 32, 128):
-                flops = K * K * M * (d * d if cov == "full" else d)
+                flops = K * K * M * {"full": d * d, "diag": d, "lowrank": d * a.rank}[cov]
                 if flops > a.max_flops:
                     skipped.append((K, d, cov, flops))
                     continue
-                args = mixture_params(K, d, cov, dtype)
+                args = mixture_params(K, d, cov, dtype, rank=a.rank)
                 f = entropy_fn(cov)
                 out = [K, d, cov]
                 for g in (f, jax.value_and_grad(f, argnums=(0, 1, 2))):
@@ -113,14 +123,19 @@ def svi_model(d):
 
 def part_svi(a, dtype):
     rows = []
-    for d in (10, 100, 1000):
+    for d in map(int, a.svi_dims.split(",")):
         y = jnp.asarray(np.random.default_rng(0).normal(size=d), dtype)
         model = svi_model(d)
         setups = []
-        for cov in (("full", "diag") if d <= 100 else ("diag",)):
-            setups.append((f"AutoGaussianMixture(K=4, {cov}) + TraceEntropy_ELBO",
-                           AutoGaussianMixture(model, num_components=4, covariance=cov), TraceEntropy_ELBO(), cov))
-        setups.append(("AutoMultivariateNormal + Trace_ELBO", AutoMultivariateNormal(model), Trace_ELBO(), None))
+        for cov in a.covs.split(","):
+            if cov == "full" and d > 100:
+                continue
+            kw = dict(rank=4) if cov == "lowrank" else {}
+            setups.append((f"AutoGaussianMixture(K=4, {cov}{', rank 4' if kw else ''}) + TraceEntropy_ELBO",
+                           AutoGaussianMixture(model, num_components=4, covariance=cov, init_method=a.init_method, **kw),
+                           TraceEntropy_ELBO(), cov))
+        if d <= 1000:  # d x d factor and its O(d^3) work per step beyond
+            setups.append(("AutoMultivariateNormal + Trace_ELBO", AutoMultivariateNormal(model), Trace_ELBO(), None))
         setups.append(("AutoLowRankMultivariateNormal(rank 4) + Trace_ELBO",
                        AutoLowRankMultivariateNormal(model, rank=4), Trace_ELBO(), None))
         for name, guide, loss, cov in setups:
@@ -139,16 +154,28 @@ def part_svi(a, dtype):
             share = None
             if cov is not None:
                 post = guide.get_posterior(svi.get_params(state))
-                factor = post.scale if cov == "diag" else post.scale_tril
+                factor = {"diag": post.scale, "lowrank": (post.cov_factor, post.cov_diag)}.get(cov, post.scale_tril)
                 lg = post.mixing_distribution.logits
                 key = jax.random.PRNGKey(1)
-                if cov == "diag":
+                if cov == "lowrank":
+                    fe = lambda lg, m, f, k: GaussianMixture(  # noqa: E731
+                        m, cov_factor=f[0], cov_diag=f[1], logits=lg).entropy(key=k)
+                elif cov == "diag":
                     fe = lambda lg, m, f, k: GaussianMixture(m, scale=f, logits=lg).entropy(key=k)  # noqa: E731
                 else:
                     fe = lambda lg, m, f, k: GaussianMixture(m, scale_tril=f, logits=lg).entropy(key=k)  # noqa: E731
                 je = jax.jit(jax.value_and_grad(fe, argnums=(0, 1, 2)))
                 jax.block_until_ready(je(lg, post.loc, factor, key))
-                share = best(je, lg, post.loc, factor, key, repeats=max(3, a.steps // 4)) / step
+                # step and entropy timed alternately (best of each), so that a change of the
+                # machine's load between them does not bias the ratio
+                te, ts2 = [], []
+                for _ in range(max(3, a.steps // 2)):
+                    te.append(best(je, lg, post.loc, factor, key, repeats=1))
+                    t = time.perf_counter()
+                    state, _ = jax.block_until_ready(upd(state, y))
+                    ts2.append(time.perf_counter() - t)
+                step = min(step, min(ts2))
+                share = min(te) / step
             rows.append((d, name, first, step, share))
             print(f"d={d:4d} {name}: first {first:.2f} s, step {1e3 * step:.2f} ms"
                   + ("" if share is None else f", entropy share {100 * share:.0f}%"), flush=True)
@@ -161,10 +188,17 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--max-flops", type=float, default=4e10)
+    ap.add_argument("--covs", default="diag,full", help="comma-separated: diag, full, lowrank")
+    ap.add_argument("--dims", default="2,10,100,1000", help="entropy part: comma-separated d")
+    ap.add_argument("--svi-dims", default="10,100,1000", help="svi part: comma-separated d")
+    ap.add_argument("--rank", type=int, default=2, help="rank r of the lowrank entropy rows")
+    ap.add_argument("--init-method", default="fits", help="AutoGaussianMixture init_method (svi part)")
+    ap.add_argument("--tag", default="", help="suffix of the docs section name")
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args(argv)
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    lines = [f"`python benchmarks/scale.py --part {a.part}` ({np.dtype(dtype).name}; devices {jax.devices()}; "
+    lines = [f"`python benchmarks/scale.py {' '.join(sys.argv[1:] if argv is None else argv)}` "
+             f"({np.dtype(dtype).name}; devices {jax.devices()}; "
              f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f} at the start: a shared, loaded "
              "machine, so times are upper bounds of what an idle one gives).", ""]
     if a.part in ("entropy", "all"):
@@ -179,7 +213,7 @@ def main(argv=None):
             lines.append(f"| {K} | {d} | {cov} | {f1:.2f} | {1e3 * p1:.1f} | {m1 / 2**20:.1f} | {f2:.2f} | "
                          f"{1e3 * p2:.1f} | {m2 / 2**20:.1f} |")
         if skipped:
-            lines += ["", "Not run (work `K^2 M d^2` above " f"{a.max_flops:.0e} flops, minutes per call here): "
+            lines += ["", "Not run (work `K^2 M d^2` / `K^2 M d` / `K^2 M d r` above " f"{a.max_flops:.0e} flops): "
                       + ", ".join(f"K={K} d={d} {cov} ({fl:.1e})" for K, d, cov, fl in skipped) + "."]
         lines.append("")
     if a.part in ("svi", "all"):
@@ -195,7 +229,7 @@ def main(argv=None):
     text = "\n".join(lines)
     print(text)
     if a.write:
-        write_section(ROOT / "docs" / "performance.md", f"scale-{a.part}", text)
+        write_section(ROOT / "docs" / "performance.md", f"scale-{a.part}" + (f"-{a.tag}" if a.tag else ""), text)
 
 
 if __name__ == "__main__":

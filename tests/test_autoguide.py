@@ -198,7 +198,7 @@ def test_get_base_dist_and_transform_raise():
     [
         ({"num_components": 0}, "num_components"),
         ({"num_components": 1.5}, "num_components"),
-        ({"covariance": "lowrank"}, "covariance"),
+        ({"covariance": "banded"}, "covariance"),
         ({"init_scale": 0.0}, "init_scale"),
         ({"init_spread": -1.0}, "init_spread"),
         ({"entropy_order": 0}, "entropy_order"),

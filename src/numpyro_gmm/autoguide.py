@@ -21,7 +21,10 @@ from .entropy import DEFAULT_METHOD
 
 __all__ = ["AutoGaussianMixture"]
 
-_COVARIANCES = ("full", "diag")
+_COVARIANCES = ("full", "diag", "lowrank")
+#: Scale of the initial ``cov_factor`` of ``covariance="lowrank"`` relative to the initial
+#: standard deviations (see :class:`AutoGaussianMixture`).
+LOWRANK_INIT_FACTOR = 0.1
 _INIT_METHODS = ("fits", "spread")
 
 
@@ -84,7 +87,8 @@ class AutoGaussianMixture(AutoContinuous):
        the ``K`` components start on ``K`` different modes whenever the fits found that
        many (of mass down to about ``exp(-init_tolerance)`` times the largest);
     4. component ``k`` starts at the chosen fit's mean with its standard deviations
-       (``scale_tril = diag(s)`` for ``covariance="full"``); the weights start equal.
+       (``scale_tril = diag(s)`` for ``covariance="full"``; ``cov_diag = s^2`` for
+       ``covariance="lowrank"``); the weights start equal.
 
     Cost: ``2 * M * init_fit_steps`` evaluations of the model's log density and its
     gradient, once, vectorised over the ``M`` fits (with the defaults and ``K = 2``: 12,800,
@@ -108,11 +112,25 @@ class AutoGaussianMixture(AutoContinuous):
     * ``{prefix}_scale_tril`` ``(K, latent_dim, latent_dim)`` (``covariance="full"``,
       constraint ``scaled_unit_lower_cholesky``), or ``{prefix}_scale`` ``(K, latent_dim)``
       (``covariance="diag"``, positive): the fits' standard deviations
-      (``init_method="fits"``) or ``init_scale`` (``"spread"``).
+      (``init_method="fits"``) or ``init_scale`` (``"spread"``);
+    * ``covariance="lowrank"`` (``Sigma_k = W_k W_k^T + diag(D_k)``, as NumPyro's
+      ``AutoLowRankMultivariateNormal`` but per component; the default entropy costs
+      ``O(K^2 M d r)`` and nothing of size ``d x d`` is formed, so ``latent_dim`` in the
+      thousands is practical): ``{prefix}_cov_diag`` ``(K, latent_dim)`` (positive,
+      ``softplus_positive``), initialised to the squares of the standard deviations above,
+      and ``{prefix}_cov_factor`` ``(K, latent_dim, rank)`` (unconstrained), initialised to
+      ``LOWRANK_INIT_FACTOR * s_k * G_k / sqrt(rank)`` (``0.1``; ``s_k`` the standard
+      deviations, ``G_k`` fixed standard normal draws from a NumPy seed): small, so the
+      initial components are the fits' (marginal variances larger by about 1%), but not
+      zero, because ``q`` is unchanged by ``W -> -W``: ``W = 0`` is a stationary point of
+      the expected ELBO (its expected gradient vanishes there and only sampling noise would
+      move it).
 
     :param model: a NumPyro model with continuous latent variables (no local latents).
     :param int num_components: ``K >= 1``.
-    :param str covariance: ``"full"`` or ``"diag"``.
+    :param str covariance: ``"full"``, ``"diag"`` or ``"lowrank"``.
+    :param int rank: ``r >= 1`` for ``covariance="lowrank"``; default (``None``)
+        ``round(sqrt(latent_dim))`` as ``AutoLowRankMultivariateNormal``. Ignored otherwise.
     :param init_loc_fn: per-site initialisation strategy (see ``numpyro.infer.initialization``);
         the first starting point of ``"fits"``, the centre of ``"spread"``.
     :param float init_scale: ``> 0``; starting standard deviation of the fits
@@ -136,6 +154,7 @@ class AutoGaussianMixture(AutoContinuous):
         *,
         num_components: int = 2,
         covariance: str = "full",
+        rank: int | None = None,
         init_loc_fn=init_to_uniform,
         init_scale: float = 0.1,
         init_method: str = "fits",
@@ -152,6 +171,7 @@ class AutoGaussianMixture(AutoContinuous):
         if covariance not in _COVARIANCES:
             raise ValueError(f"covariance must be one of {_COVARIANCES}, got {covariance!r}")
         self.covariance = covariance
+        self.rank = None if rank is None else check_int("rank", rank, 1)
         if not (np.ndim(init_scale) == 0 and float(init_scale) > 0):
             raise ValueError(f"init_scale must be a positive scalar, got {init_scale!r}")
         self._init_scale = float(init_scale)
@@ -243,7 +263,18 @@ class AutoGaussianMixture(AutoContinuous):
         kwargs = {"entropy_method": self.entropy_method, "entropy_order": self.entropy_order}
         if self.covariance == "full":
             return GaussianMixture(locs, scale_tril=factor, logits=logits, **kwargs)
+        if self.covariance == "lowrank":
+            return GaussianMixture(locs, cov_factor=factor[0], cov_diag=factor[1], logits=logits, **kwargs)
         return GaussianMixture(locs, scale=factor, logits=logits, **kwargs)
+
+    def _rank(self) -> int:
+        return int(round(self.latent_dim**0.5)) if self.rank is None else self.rank
+
+    def _initial_cov_factor(self, scales):
+        """``(K, latent_dim, rank)``: ``LOWRANK_INIT_FACTOR * s_k G_k / sqrt(rank)`` (docstring)."""
+        K, d, r = self.num_components, self.latent_dim, self._rank()
+        g = np.random.default_rng(0).standard_normal((K, d, r)) / np.sqrt(r)
+        return LOWRANK_INIT_FACTOR * scales[..., None] * jnp.asarray(g, scales.dtype)
 
     def _get_posterior(self):
         K, d = self.num_components, self.latent_dim
@@ -263,6 +294,16 @@ class AutoGaussianMixture(AutoContinuous):
                 lambda key: initial(key)[1][..., None] * jnp.eye(d, dtype=dtype),
                 constraint=constraints.scaled_unit_lower_cholesky,
             )
+        elif self.covariance == "lowrank":
+            cov_factor = numpyro.param(
+                f"{self.prefix}_cov_factor", lambda key: self._initial_cov_factor(initial(key)[1])
+            )
+            cov_diag = numpyro.param(
+                f"{self.prefix}_cov_diag",
+                lambda key: jnp.square(initial(key)[1]),
+                constraint=constraints.softplus_positive,
+            )
+            factor = (cov_factor, cov_diag)
         else:
             factor = numpyro.param(
                 f"{self.prefix}_scale",
@@ -321,7 +362,7 @@ class AutoGaussianMixture(AutoContinuous):
             raise ValueError(f"quantiles must be a 1-D array of levels in (0, 1), got shape {q.shape}")
         mixture = self.get_posterior(params)
         locs = mixture.loc  # (K, d)
-        sd = jnp.linalg.norm(mixture.scale_tril, axis=-1)  # sqrt(diag(L L^T)), (K, d)
+        sd = mixture.component_stddev  # sqrt(diag Sigma_k), (K, d); no d x d for diag / lowrank
         weights = mixture.probs  # (K,)
         q = q.astype(locs.dtype)
         latent = _mixture_marginal_quantiles(weights, locs, sd, q)  # (Q, d)

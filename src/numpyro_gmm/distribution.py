@@ -19,16 +19,27 @@ from jax import Array, lax
 from numpyro.distributions import (
     CategoricalLogits,
     CategoricalProbs,
+    Distribution,
     Independent,
+    LowRankMultivariateNormal,
     MixtureSameFamily,
     MultivariateNormal,
     Normal,
 )
 from numpyro.distributions import constraints
 from numpyro.distributions.batch_util import promote_batch_shape, vmap_over
+from numpyro.distributions.util import lazy_property, validate_sample
 from numpyro.util import not_jax_tracer
 
-from .entropy import DEFAULT_METHOD, ENTROPY_METHODS, entropy_bounds, mixture_entropy
+from .entropy import (
+    DEFAULT_METHOD,
+    ENTROPY_METHODS,
+    check_lowrank_dense_dim,
+    dense_lowrank_tril,
+    entropy_bounds,
+    mixture_entropy,
+)
+from ._kernels import lowrank as _lowrank
 from ._kernels.gaussian import cholesky, tril_inverse
 from ._validation import check_int, float_dtype
 
@@ -39,6 +50,7 @@ __all__ = ["GaussianMixture"]
 ORDERED_METHODS = ("auto", "legendre", "taylor")
 
 _COVARIANCE_ARGS = ("covariance_matrix", "scale_tril", "precision_matrix", "scale")
+_LOWRANK_ARGS = ("cov_factor", "cov_diag")
 
 
 _WEIGHT_ARGS = ("logits", "probs")
@@ -59,6 +71,20 @@ def _infer_shapes(loc_shape, cov_name, cov_shape, weight_name, weight_shape):
         raise ValueError(
             f"loc must have K >= 1 components of dimension d >= 1, got shape {_shape_str(loc_shape)}"
         )
+    if cov_name == "cov_factor":  # low rank: cov_shape = (cov_factor shape, cov_diag shape)
+        factor_shape, diag_shape = (tuple(x) for x in cov_shape)
+        if len(factor_shape) < 3 or factor_shape[-3:-1] != (K, d) or factor_shape[-1] < 1:
+            raise ValueError(
+                f"cov_factor must have shape (..., K, d, r) = (..., {K}, {d}, r) with r >= 1 to match "
+                f"loc {_shape_str(loc_shape)}, got {_shape_str(factor_shape)}"
+            )
+        if len(diag_shape) < 2 or diag_shape[-2:] != (K, d):
+            raise ValueError(
+                f"cov_diag must have shape (..., K, d) = (..., {K}, {d}) to match loc "
+                f"{_shape_str(loc_shape)}, got {_shape_str(diag_shape)}"
+            )
+        shapes = {"loc": loc_shape[:-2], "cov_factor": factor_shape[:-3], "cov_diag": diag_shape[:-2]}
+        return _batch_and_weights(shapes, loc_shape, K, d, weight_name, weight_shape)
     is_diagonal = cov_name == "scale"
     event_nd = 2 if is_diagonal else 3
     expected = (K, d) if is_diagonal else (K, d, d)
@@ -69,6 +95,10 @@ def _infer_shapes(loc_shape, cov_name, cov_shape, weight_name, weight_shape):
             f"loc {_shape_str(loc_shape)}, got {_shape_str(cov_shape)}"
         )
     shapes = {"loc": loc_shape[:-2], cov_name: cov_shape[:-event_nd]}
+    return _batch_and_weights(shapes, loc_shape, K, d, weight_name, weight_shape)
+
+
+def _batch_and_weights(shapes, loc_shape, K, d, weight_name, weight_shape):
     if weight_shape is not None:
         weight_shape = tuple(weight_shape)
         if len(weight_shape) < 1 or weight_shape[-1] != K:
@@ -85,8 +115,17 @@ def _infer_shapes(loc_shape, cov_name, cov_shape, weight_name, weight_shape):
     return batch_shape, K, d
 
 
-def _one_covariance(covariance_matrix, scale_tril, precision_matrix, scale):
-    """The one covariance-like argument given, as ``(name, value)``."""
+def _one_covariance(covariance_matrix, scale_tril, precision_matrix, scale, cov_factor=None, cov_diag=None):
+    """The one covariance-like argument given, as ``(name, value)``; low rank (both of
+    ``cov_factor`` and ``cov_diag``): ``("cov_factor", (cov_factor, cov_diag))``."""
+    if cov_factor is not None or cov_diag is not None:
+        others = [k for k, v in zip(_COVARIANCE_ARGS, (covariance_matrix, scale_tril, precision_matrix, scale)) if v is not None]
+        if cov_factor is None or cov_diag is None or others:
+            raise ValueError(
+                "low-rank components need both cov_factor (..., K, d, r) and cov_diag (..., K, d) and "
+                f"no other covariance argument; got {sorted(others + [k for k, v in (('cov_factor', cov_factor), ('cov_diag', cov_diag)) if v is not None])}"
+            )
+        return "cov_factor", (cov_factor, cov_diag)
     given = {
         "covariance_matrix": covariance_matrix,
         "scale_tril": scale_tril,
@@ -97,7 +136,8 @@ def _one_covariance(covariance_matrix, scale_tril, precision_matrix, scale):
     if len(given) != 1:
         raise ValueError(
             "give exactly one of covariance_matrix, scale_tril, precision_matrix "
-            f"(..., K, d, d) and scale (..., K, d); got {sorted(given) or 'none'}"
+            "(..., K, d, d), scale (..., K, d), or the pair cov_factor (..., K, d, r) and "
+            f"cov_diag (..., K, d); got {sorted(given) or 'none'}"
         )
     ((name, value),) = given.items()
     return name, value
@@ -117,6 +157,8 @@ class _ArgConstraints(dict):
     def __get__(self, instance, owner=None):
         if instance is None:
             return self
+        if getattr(instance, "_is_lowrank", False):
+            return {k: self[k] for k in ("loc", "cov_factor", "cov_diag", "logits", "probs")}
         factor = "scale" if getattr(instance, "_is_diagonal", False) else "scale_tril"
         return {k: self[k] for k in ("loc", factor, "logits", "probs")}
 
@@ -130,6 +172,14 @@ class GaussianMixture(MixtureSameFamily):
     ``Normal(loc, scale).to_event(1)`` (diagonal covariances, given as ``scale``; that path
     never forms a ``d x d`` matrix unless one is asked for). Everything the base class
     offers (``sample``, ``log_prob``, ``mean``, ``variance``, ``support``) works as usual;
+    with low-rank components (``cov_factor``, ``cov_diag``) the components are a LAPACK-free
+    :class:`~numpyro.distributions.LowRankMultivariateNormal` whose ``log_prob`` uses the
+    Woodbury identity, and ``log_prob``, ``sample``, ``mean``, ``variance`` and the default
+    :meth:`entropy` never form a ``d x d`` matrix (``O(K d r)`` per point; the entropy
+    ``O(K^2 M d r)``, :func:`numpyro_gmm.lowrank_mixing_qmc_entropy`); the other entropy
+    estimators and :meth:`entropy_bounds` use the dense covariances and are refused with a
+    ``ValueError`` beyond ``d = LOWRANK_DENSE_MAX_DIM`` (100), and :attr:`covariance_matrix`,
+    :attr:`scale_tril` and :attr:`component_covariance_matrix` are ``d x d`` by definition;
     this class adds :meth:`entropy` (by the estimators of :mod:`numpyro_gmm.entropy`), the
     mixture's :attr:`covariance_matrix` and :meth:`from_mixture`.
 
@@ -138,8 +188,12 @@ class GaussianMixture(MixtureSameFamily):
       covariance_matrix: ``(..., K, d, d)`` component covariances, or
       scale_tril: ``(..., K, d, d)`` their lower Cholesky factors, or
       precision_matrix: ``(..., K, d, d)`` their inverses, or
-      scale: ``(..., K, d)`` standard deviations of diagonal covariances. Exactly one of
-        these four is given.
+      scale: ``(..., K, d)`` standard deviations of diagonal covariances, or
+      cov_factor: ``(..., K, d, r)`` factors ``W_k`` and
+      cov_diag: ``(..., K, d)`` positive diagonals ``D_k`` of low-rank-plus-diagonal
+        covariances ``Sigma_k = W_k W_k^T + diag(D_k)`` (the parameterisation of NumPyro's
+        ``LowRankMultivariateNormal``; given together). Exactly one of these five
+        parameterisations is given.
       logits: ``(..., K)`` unnormalised log weights, or
       probs: ``(..., K)`` weights summing to one. At most one; equal weights if neither.
       entropy_method: default estimator of :meth:`entropy`, a key of
@@ -173,6 +227,8 @@ class GaussianMixture(MixtureSameFamily):
         scale_tril=constraints.independent(constraints.lower_cholesky, 1),
         precision_matrix=constraints.independent(constraints.positive_definite, 1),
         scale=constraints.independent(constraints.positive, 2),
+        cov_factor=constraints.independent(constraints.real, 3),
+        cov_diag=constraints.independent(constraints.positive, 2),
         logits=constraints.real_vector,
         probs=constraints.simplex,
     )
@@ -180,7 +236,7 @@ class GaussianMixture(MixtureSameFamily):
     # fields); ``loc``, ``scale_tril``, ... are read-only views of them, so none of them
     # may become a pytree data field (NumPyro's default is the keys of arg_constraints).
     pytree_data_fields = ()
-    pytree_aux_fields = ("_entropy_method", "_entropy_order", "_is_diagonal")
+    pytree_aux_fields = ("_entropy_method", "_entropy_order", "_is_diagonal", "_is_lowrank")
 
     def __init__(
         self,
@@ -190,6 +246,8 @@ class GaussianMixture(MixtureSameFamily):
         scale_tril=None,
         precision_matrix=None,
         scale=None,
+        cov_factor=None,
+        cov_diag=None,
         logits=None,
         probs=None,
         entropy_method: str = DEFAULT_METHOD,
@@ -203,15 +261,19 @@ class GaussianMixture(MixtureSameFamily):
         if entropy_order is not None:
             entropy_order = check_int("entropy_order", entropy_order, 1)
 
-        cov_name, cov_value = _one_covariance(covariance_matrix, scale_tril, precision_matrix, scale)
+        cov_name, cov_value = _one_covariance(
+            covariance_matrix, scale_tril, precision_matrix, scale, cov_factor, cov_diag
+        )
+        is_lowrank = cov_name == "cov_factor"
         if logits is not None and probs is not None:
             raise ValueError("give at most one of logits and probs (..., K), not both")
         weight_name = "probs" if probs is not None else "logits"
         weight_value = probs if probs is not None else logits
 
         # ---- shapes (always checked) ----
+        cov_shape = tuple(map(jnp.shape, cov_value)) if is_lowrank else jnp.shape(cov_value)
         batch_shape, K, d = _infer_shapes(
-            jnp.shape(loc), cov_name, jnp.shape(cov_value), weight_name,
+            jnp.shape(loc), cov_name, cov_shape, weight_name,
             None if weight_value is None else jnp.shape(weight_value),
         )
         is_diagonal = cov_name == "scale"
@@ -221,13 +283,17 @@ class GaussianMixture(MixtureSameFamily):
         # constant argument is still concrete here (``jnp.asarray`` would make it a
         # tracer), so it is checked, while a traced one cannot be. Each argument is checked
         # on its own, as NumPyro checks each parameter that is not a tracer.
-        dtype = float_dtype(loc, cov_value, weight_value)
+        cov_args = dict(zip(_LOWRANK_ARGS, cov_value)) if is_lowrank else {cov_name: cov_value}
+        dtype = float_dtype(loc, *cov_args.values(), weight_value)
         validate = type(self)._validate_args if validate_args is None else validate_args
         if validate:
-            _check_values(dtype, loc=loc, **{cov_name: cov_value, weight_name: weight_value})
+            _check_values(dtype, loc=loc, **cov_args, **{weight_name: weight_value})
 
         loc = jnp.asarray(loc, dtype)
-        cov_value = jnp.asarray(cov_value, dtype)
+        if is_lowrank:
+            cov_value = tuple(jnp.asarray(v, dtype) for v in cov_value)
+        else:
+            cov_value = jnp.asarray(cov_value, dtype)
         if weight_value is not None:
             weight_value = jnp.asarray(weight_value, dtype)
 
@@ -239,7 +305,15 @@ class GaussianMixture(MixtureSameFamily):
             logits = jnp.broadcast_to(jnp.log(weight_value), batch_shape + (K,))
         else:
             logits = jnp.broadcast_to(weight_value, batch_shape + (K,))
-        if is_diagonal:
+        if is_lowrank:
+            factor, diag = cov_value
+            r = factor.shape[-1]
+            component = _LowRankNormal(
+                loc,
+                jnp.broadcast_to(factor, batch_shape + (K, d, r)),
+                jnp.broadcast_to(diag, batch_shape + (K, d)),
+            )
+        elif is_diagonal:
             scale = jnp.broadcast_to(cov_value, batch_shape + (K, d))
             component = Independent(Normal(loc, scale, validate_args=False), 1, validate_args=False)
         else:
@@ -260,6 +334,7 @@ class GaussianMixture(MixtureSameFamily):
         self._entropy_method = entropy_method
         self._entropy_order = entropy_order
         self._is_diagonal = is_diagonal
+        self._is_lowrank = is_lowrank
         # The components are not validated by NumPyro: this class checks the arguments the
         # user gave, with messages naming them.
         super().__init__(CategoricalLogits(logits, validate_args=False), component, validate_args=validate_args)
@@ -271,11 +346,13 @@ class GaussianMixture(MixtureSameFamily):
         Traced values cannot be checked: with ``strict`` a ``RuntimeError`` is raised for
         them (as in NumPyro), otherwise they are skipped.
         """
-        if self._is_diagonal:
-            factor_name, factor = "scale", self.scale
+        if self._is_lowrank:
+            factors = {"cov_factor": self.cov_factor, "cov_diag": self.cov_diag}
+        elif self._is_diagonal:
+            factors = {"scale": self.scale}
         else:
-            factor_name, factor = "scale_tril", self._component_distribution.scale_tril
-        params = {"loc": self.loc, factor_name: factor, "logits": self.logits}
+            factors = {"scale_tril": self._component_distribution.scale_tril}
+        params = {"loc": self.loc, **factors, "logits": self.logits}
         if strict and not all(not_jax_tracer(p) for p in params.values()):
             raise RuntimeError("Cannot validate arguments inside jitted code.")
         _check_values(self.loc.dtype, **params)
@@ -293,9 +370,30 @@ class GaussianMixture(MixtureSameFamily):
         return self._component_distribution.base_dist.scale if self._is_diagonal else None
 
     @property
+    def cov_factor(self) -> Array | None:
+        """``batch_shape + (K, d, r)`` factors ``W_k`` of low-rank components, else ``None``."""
+        return self._component_distribution.cov_factor if self._is_lowrank else None
+
+    @property
+    def cov_diag(self) -> Array | None:
+        """``batch_shape + (K, d)`` diagonals ``D_k`` of low-rank components, else ``None``."""
+        return self._component_distribution.cov_diag if self._is_lowrank else None
+
+    @property
+    def component_stddev(self) -> Array:
+        """``batch_shape + (K, d)`` marginal standard deviations ``sqrt(diag Sigma_k)`` (no
+        ``d x d`` matrix for diagonal or low-rank components)."""
+        if self._is_diagonal:
+            return self.scale
+        if self._is_lowrank:
+            return jnp.sqrt(self._component_distribution.variance)
+        return jnp.linalg.norm(self.scale_tril, axis=-1)
+
+    @property
     def scale_tril(self) -> Array:
         """``batch_shape + (K, d, d)`` lower Cholesky factors of the component covariances
-        (a dense diagonal matrix for a diagonal mixture)."""
+        (a dense diagonal matrix for a diagonal mixture; for low-rank components the dense
+        factor of ``W W^T + diag D``, ``d x d``)."""
         if self._is_diagonal:
             s = self.scale
             return s[..., None] * jnp.eye(s.shape[-1], dtype=s.dtype)
@@ -307,6 +405,8 @@ class GaussianMixture(MixtureSameFamily):
         if self._is_diagonal:
             v = jnp.square(self.scale)
             return v[..., None] * jnp.eye(v.shape[-1], dtype=v.dtype)
+        if self._is_lowrank:
+            return self._component_distribution.covariance_matrix
         tril = self.scale_tril
         return tril @ jnp.swapaxes(tril, -1, -2)
 
@@ -329,6 +429,11 @@ class GaussianMixture(MixtureSameFamily):
         return self._is_diagonal
 
     @property
+    def is_lowrank(self) -> bool:
+        """Whether the components are low-rank-plus-diagonal (``cov_factor``, ``cov_diag``)."""
+        return self._is_lowrank
+
+    @property
     def entropy_method(self) -> str:
         return self._entropy_method
 
@@ -339,7 +444,8 @@ class GaussianMixture(MixtureSameFamily):
     @property
     def covariance_matrix(self) -> Array:
         r"""``batch_shape + (d, d)`` covariance of the mixture,
-        ``sum_k w_k (Sigma_k + (mu_k - mu)(mu_k - mu)^T)``."""
+        ``sum_k w_k (Sigma_k + (mu_k - mu)(mu_k - mu)^T)`` (a ``d x d`` matrix, also for
+        diagonal and low-rank components)."""
         w = self.probs
         loc = self.loc
         dev = loc - jnp.einsum("...k,...kd->...d", w, loc)[..., None, :]
@@ -347,6 +453,11 @@ class GaussianMixture(MixtureSameFamily):
         if self._is_diagonal:
             within = jnp.einsum("...k,...kd->...d", w, jnp.square(self.scale))
             return between + within[..., None] * jnp.eye(within.shape[-1], dtype=within.dtype)
+        if self._is_lowrank:
+            f, dg = self.cov_factor, self.cov_diag
+            within = jnp.einsum("...k,...kd->...d", w, dg)
+            low = jnp.einsum("...k,...kir,...kjr->...ij", w, f, f)
+            return between + low + within[..., None] * jnp.eye(within.shape[-1], dtype=within.dtype)
         tril = self.scale_tril
         return between + jnp.einsum("...k,...kij,...klj->...il", w, tril, tril)
 
@@ -393,17 +504,29 @@ class GaussianMixture(MixtureSameFamily):
         key = options.pop("key", None)
         diag = self._is_diagonal
         logits, loc = self.logits, self.loc
-        factor = self.scale if diag else self._component_distribution.scale_tril
+        K, d = loc.shape[-2:]
+        if self._is_lowrank:
+            diag = "lowrank"
+            comp = self._component_distribution
+            factor = (comp.cov_factor, comp.cov_diag)
+            r = comp.cov_factor.shape[-1]
+            fshapes = ((K, d, r), (K, d))
+            if method not in ("auto", "mixing_qmc"):  # dense d x d factors: refused past the limit
+                name = method if isinstance(method, str) else "entropy_bounds"
+                check_lowrank_dense_dim(K, d, r, name)
+        else:
+            factor = (self.scale if diag else self._component_distribution.scale_tril,)
+            fshapes = ((K, d) if diag else (K, d, d),)
         # Batch shape from the arrays themselves (robust to a stale batch_shape inside vmap).
         batch = tuple(
-            lax.broadcast_shapes(logits.shape[:-1], loc.shape[:-2], factor.shape[: -(2 if diag else 3)])
+            lax.broadcast_shapes(
+                logits.shape[:-1], loc.shape[:-2], *(f.shape[: f.ndim - len(fs)] for f, fs in zip(factor, fshapes))
+            )
         )
-        K, d = loc.shape[-2:]
         n = math.prod(batch)
-        fshape = (K, d) if diag else (K, d, d)
         logits = jnp.broadcast_to(logits, batch + (K,)).reshape((n, K))
         loc = jnp.broadcast_to(loc, batch + (K, d)).reshape((n, K, d))
-        factor = jnp.broadcast_to(factor, batch + fshape).reshape((n,) + fshape)
+        factor = tuple(jnp.broadcast_to(f, batch + fs).reshape((n,) + fs) for f, fs in zip(factor, fshapes))
         keys = None if key is None else jax.random.split(key, n)
         static = tuple(sorted((k, v) for k, v in options.items() if _is_static(v)))
         dynamic = {k: v for k, v in options.items() if not _is_static(v)}
@@ -434,12 +557,14 @@ class GaussianMixture(MixtureSameFamily):
             if name in kwargs:
                 raise TypeError(f"{cls.__name__}.infer_shapes got two shapes for {name!r}")
             kwargs[name] = shape
-        unknown = set(kwargs) - {"loc", *_COVARIANCE_ARGS, *_WEIGHT_ARGS, "entropy_method", "entropy_order", "validate_args"}
+        unknown = set(kwargs) - {
+            "loc", *_COVARIANCE_ARGS, *_LOWRANK_ARGS, *_WEIGHT_ARGS, "entropy_method", "entropy_order", "validate_args"
+        }
         if unknown:
             raise TypeError(f"{cls.__name__}.infer_shapes got unexpected arguments {sorted(unknown)}")
         if kwargs.get("loc") is None:
             raise ValueError("loc must have shape (..., K, d), got none")
-        cov_name, cov_shape = _one_covariance(*(kwargs.get(k) for k in _COVARIANCE_ARGS))
+        cov_name, cov_shape = _one_covariance(*(kwargs.get(k) for k in _COVARIANCE_ARGS + _LOWRANK_ARGS))
         weights = {k: kwargs[k] for k in _WEIGHT_ARGS if kwargs.get(k) is not None}
         if len(weights) > 1:
             raise ValueError("give at most one of logits and probs (..., K), not both")
@@ -468,6 +593,8 @@ class GaussianMixture(MixtureSameFamily):
         else:  # MixtureSameFamily itself refuses other mixing distributions
             raise ValueError(f"unsupported mixing distribution {type(mixing).__name__}")
         comp = mixture.component_distribution
+        if isinstance(comp, LowRankMultivariateNormal):
+            return cls(comp.loc, cov_factor=comp.cov_factor, cov_diag=comp.cov_diag, **weights, **kwargs)
         if isinstance(comp, MultivariateNormal):
             return cls(comp.loc, scale_tril=comp.scale_tril, **weights, **kwargs)
         if (
@@ -478,7 +605,7 @@ class GaussianMixture(MixtureSameFamily):
             loc, scale = jnp.broadcast_arrays(comp.base_dist.loc, comp.base_dist.scale)
             return cls(loc, scale=scale, **weights, **kwargs)
         raise ValueError(
-            "mixture components must be a MultivariateNormal or Normal(...).to_event(1), "
+            "mixture components must be a MultivariateNormal, LowRankMultivariateNormal or Normal(...).to_event(1), "
             f"got {type(comp).__name__}"
             + (f" of {type(comp.base_dist).__name__}" if isinstance(comp, Independent) else "")
         )
@@ -487,7 +614,8 @@ class GaussianMixture(MixtureSameFamily):
         return (
             f"GaussianMixture(K={self.num_components}, d={self.event_shape[0] if self.event_shape else '?'}, "
             f"batch_shape={self.batch_shape}, diagonal={self._is_diagonal}, "
-            f"entropy_method={self._entropy_method!r}, entropy_order={self._entropy_order})"
+            + (f"rank={self.cov_factor.shape[-1]}, " if self._is_lowrank else "")
+            + f"entropy_method={self._entropy_method!r}, entropy_order={self._entropy_order})"
         )
 
 
@@ -507,6 +635,14 @@ def _check_values(dtype, **params):
                     raise ValueError("loc must be finite, got a non-finite value (NaN or inf)")
             elif name in _COVARIANCE_ARGS:
                 _check_covariance(name, c, eps)
+            elif name == "cov_factor":
+                if not np.all(np.isfinite(c)):
+                    raise ValueError("cov_factor must be finite, got a non-finite value (NaN or inf)")
+            elif name == "cov_diag":
+                if not np.all(np.isfinite(c)):
+                    raise ValueError("cov_diag must be finite, got a non-finite value (NaN or inf)")
+                if not np.all(c > 0):
+                    raise ValueError("cov_diag must be positive (every entry of the diagonal D > 0)")
             elif name == "logits":
                 if np.any(np.isnan(c)) or np.any(c == np.inf):
                     raise ValueError("logits must not be NaN or +inf (-inf is a zero weight)")
@@ -564,9 +700,13 @@ def _batched_entropy(logits, loc, factor, keys, dynamic_options, *, method, diag
         if k is not None:
             kw["key"] = k
         fn = partial(mixture_entropy, method=method) if isinstance(method, str) else method
+        if diag == "lowrank":
+            if isinstance(method, str):
+                return fn(lg, lc, cov_factor=f[0], cov_diag=f[1], **kw)
+            return fn(lg, lc, dense_lowrank_tril(lg, lc, f[0], f[1]), **kw)  # entropy_bounds
         if diag:
-            return fn(lg, lc, None, scale=f, **kw)
-        return fn(lg, lc, f, **kw)
+            return fn(lg, lc, None, scale=f[0], **kw)
+        return fn(lg, lc, f[0], **kw)
 
     return jax.vmap(one)(logits, loc, factor, keys)
 
@@ -580,6 +720,8 @@ def _vmap_over_gaussian_mixture(
     scale_tril=None,
     precision_matrix=None,
     scale=None,
+    cov_factor=None,
+    cov_diag=None,
     logits=None,
     probs=None,
 ):
@@ -595,7 +737,9 @@ def _vmap_over_gaussian_mixture(
     axes = copy.copy(dist)
     axes._mixing_distribution = vmap_over(dist._mixing_distribution, logits=weight_axis)
     comp = dist._component_distribution
-    if dist._is_diagonal:
+    if getattr(dist, "_is_lowrank", False):
+        axes._component_distribution = vmap_over(comp, loc=loc, cov_factor=cov_factor, cov_diag=cov_diag)
+    elif dist._is_diagonal:
         base = vmap_over(comp.base_dist, loc=loc, scale=factor_axis)
         axes._component_distribution = vmap_over(comp, base_dist=base)
     else:
@@ -614,3 +758,41 @@ def _promote_batch_shape_gaussian_mixture(dist: GaussianMixture):
         )
     )
     return new
+
+
+class _LowRankNormal(LowRankMultivariateNormal):
+    """NumPyro's ``LowRankMultivariateNormal`` without LAPACK calls: the capacitance Cholesky
+    factor, ``log_prob`` (Woodbury identity and determinant lemma,
+    :mod:`numpyro_gmm._kernels.lowrank`), ``entropy``, ``scale_tril`` and
+    ``precision_matrix`` use the package's LAPACK-free factorisations (a LAPACK call inside
+    a jitted model or guide can deadlock; see :mod:`numpyro_gmm._kernels.gaussian`).
+    Parameters come broadcast by :class:`GaussianMixture`: ``loc (..., d)``,
+    ``cov_factor (..., d, r)``, ``cov_diag (..., d)``; no ``d x d`` matrix unless
+    ``scale_tril``, ``covariance_matrix`` or ``precision_matrix`` is asked for."""
+
+    def __init__(self, loc, cov_factor, cov_diag, *, validate_args=False):
+        self.loc = loc
+        self.cov_factor = cov_factor
+        self.cov_diag = cov_diag
+        self._capacitance_tril = _lowrank.capacitance_tril(cov_factor, cov_diag)
+        Distribution.__init__(self, batch_shape=jnp.shape(loc)[:-1], event_shape=jnp.shape(loc)[-1:],
+                              validate_args=validate_args)
+
+    @validate_sample
+    def log_prob(self, value):
+        return _lowrank.log_prob(value, self.loc, self.cov_factor, self.cov_diag, self._capacitance_tril)
+
+    def entropy(self):
+        d = self.loc.shape[-1]
+        log_det = _lowrank.log_det_cov(self.cov_factor, self.cov_diag, self._capacitance_tril)
+        return jnp.broadcast_to(0.5 * (d * (1.0 + math.log(2 * math.pi)) + log_det), self.batch_shape)
+
+    @lazy_property
+    def scale_tril(self):
+        return _lowrank.dense_scale_tril(self.cov_factor, self.cov_diag)
+
+    @lazy_property
+    def precision_matrix(self):
+        p = _lowrank.woodbury_factor(self.cov_factor, self.cov_diag, self._capacitance_tril)
+        d = self.loc.shape[-1]
+        return jnp.eye(d, dtype=p.dtype) / self.cov_diag[..., None] - p @ jnp.swapaxes(p, -1, -2)

@@ -19,6 +19,7 @@ from jax.nn import log_softmax
 from ._kernels import bounds as _bounds
 from ._kernels import frontier as _frontier
 from ._kernels import legendre as _legendre
+from ._kernels import lowrank as _lowrank
 from ._kernels import mixing as _mixing
 from ._kernels import modes as _modes
 from ._kernels import monte_carlo as _monte_carlo
@@ -38,6 +39,7 @@ __all__ = [
     "FLOAT64_SAFE_ORDER",
     "LEGENDRE_ACCURATE_MAX_DIM",
     "LEGENDRE_DEFAULT_MAX_DIM",
+    "LOWRANK_DENSE_MAX_DIM",
     "TAYLOR_BOUND_MAX_COMPOSITIONS",
     "TAYLOR_BOUND_MAX_DIM",
     "TAYLOR_MAX_ORDER",
@@ -46,6 +48,7 @@ __all__ = [
     "huber_lower_bound",
     "huber_upper_bound",
     "legendre_entropy",
+    "lowrank_mixing_qmc_entropy",
     "mixing_qmc_entropy",
     "mixture_entropy",
     "moment_matched_upper_bound",
@@ -98,6 +101,11 @@ LEGENDRE_DEFAULT_MAX_DIM = 0
 #: on the accuracy map (order 8: worst 0.013 at d = 3; 0.074 at d = 4, 0.26 at d = 5,
 #: 2.0 at d = 10, 6.9 at d = 20). Beyond it the function warns.
 LEGENDRE_ACCURATE_MAX_DIM = 3
+#: Largest dimension at which the estimators other than the mixing rule (``"auto"``,
+#: ``"mixing_qmc"``) accept low-rank components (``cov_factor``, ``cov_diag``): they run on
+#: the dense Cholesky factors of ``W W^T + diag D`` (``K`` matrices ``d x d``; the bounds cost
+#: ``O(K^2 d^3)``). Beyond it they raise ``ValueError`` before allocating.
+LOWRANK_DENSE_MAX_DIM = 100
 #: Name of the default estimator of :func:`mixture_entropy` and ``GaussianMixture.entropy``.
 DEFAULT_METHOD = "auto"
 
@@ -759,6 +767,8 @@ def mixture_entropy(
     scale_tril: Array | None = None,
     *,
     scale: Array | None = None,
+    cov_factor: Array | None = None,
+    cov_diag: Array | None = None,
     method: str = DEFAULT_METHOD,
     **options,
 ):
@@ -766,9 +776,106 @@ def mixture_entropy(
     the default ``"auto"`` is :func:`auto_entropy`).
 
     ``options`` go to that estimator (for example ``order`` for ``"legendre"``).
+
+    Low-rank components ``Sigma_k = W_k W_k^T + diag(D_k)``: give ``cov_factor (K, d, r)``
+    and ``cov_diag (K, d)`` instead of ``scale_tril`` / ``scale``. ``"auto"`` and
+    ``"mixing_qmc"`` then run :func:`lowrank_mixing_qmc_entropy` (``O(K^2 M d r)``, no
+    ``d x d`` matrix); every other method runs on the dense factors of ``W W^T + diag D``
+    for ``d <= LOWRANK_DENSE_MAX_DIM`` and raises ``ValueError`` beyond.
     """
     try:
         fn = ENTROPY_METHODS[method]
     except KeyError:
         raise ValueError(f"method must be one of {sorted(ENTROPY_METHODS)}, got {method!r}") from None
+    if cov_factor is not None or cov_diag is not None:
+        if scale_tril is not None or scale is not None:
+            raise ValueError("give either scale_tril / scale or cov_factor and cov_diag, not both")
+        if method in ("auto", "mixing_qmc"):
+            if method == "auto":  # accepted (and checked) as auto_entropy does; unused
+                check_int("order", options.pop("order", DEFAULT_ORDER), 1)
+                check_int("block_size", options.pop("block_size", DEFAULT_BLOCK_SIZE), 1)
+            return lowrank_mixing_qmc_entropy(logits, locs, cov_factor, cov_diag, **options)
+        tril = dense_lowrank_tril(logits, locs, cov_factor, cov_diag, method=method)
+        return fn(logits, locs, tril, **options)
     return fn(logits, locs, scale_tril, scale=scale, **options)
+
+
+def _check_lowrank(logits, locs, cov_factor, cov_diag):
+    """Shapes ``logits (K,)``, ``locs (K, d)``, ``cov_factor (K, d, r)``, ``cov_diag (K, d)``;
+    returns ``(K, d, r)``."""
+    if cov_factor is None or cov_diag is None:
+        raise ValueError("give both cov_factor (K, d, r) and cov_diag (K, d)")
+    if jnp.ndim(locs) != 2:
+        raise ValueError(f"locs must have shape (K, d), got {jnp.shape(locs)}")
+    K, d = jnp.shape(locs)
+    if K == 0 or d == 0:
+        raise ValueError(f"locs must have K >= 1 components of dimension d >= 1, got shape {jnp.shape(locs)}")
+    if jnp.shape(logits) != (K,):
+        raise ValueError(f"logits must have shape (K,) = ({K},) to match locs, got {jnp.shape(logits)}")
+    fs = jnp.shape(cov_factor)
+    if len(fs) != 3 or fs[:2] != (K, d) or fs[2] < 1:
+        raise ValueError(f"cov_factor must have shape (K, d, r) = ({K}, {d}, r) with r >= 1 to match locs, got {fs}")
+    if jnp.shape(cov_diag) != (K, d):
+        raise ValueError(f"cov_diag must have shape (K, d) = ({K}, {d}) to match locs, got {jnp.shape(cov_diag)}")
+    return K, d, fs[2]
+
+
+def _prepare_lowrank(logits, locs, cov_factor, cov_diag):
+    _check_lowrank(logits, locs, cov_factor, cov_diag)
+    dtype = float_dtype(logits, locs, cov_factor, cov_diag)
+    logits, locs, cov_factor, cov_diag = (jnp.asarray(x, dtype) for x in (logits, locs, cov_factor, cov_diag))
+    ok = (
+        all_finite(locs, cov_factor, cov_diag)
+        & jnp.all(cov_diag > 0)
+        & ~jnp.any(jnp.isnan(logits) | (logits == jnp.inf))
+    )
+    return log_softmax(logits), locs, cov_factor, cov_diag, ok
+
+
+def lowrank_mixing_qmc_entropy(
+    logits: Array,
+    locs: Array,
+    cov_factor: Array,
+    cov_diag: Array,
+    *,
+    num_points: int = DEFAULT_NUM_POINTS,
+    key: Array | None = None,
+) -> Array:
+    r""":func:`mixing_qmc_entropy` for low-rank-plus-diagonal components
+    ``Sigma_k = W_k W_k^T + diag(D_k)``, ``cov_factor = W (K, d, r)``, ``cov_diag = D (K, d)``
+    (NumPyro's ``LowRankMultivariateNormal`` parameterisation).
+
+    The same exact split and the same rule, with the points moved by the exact
+    reparameterisation ``x = mu_i + W_i e + sqrt(D_i) eps``, ``(e, eps)`` from ``M``
+    Sobol' points of dimension ``r + d``, and the component log-densities by the Woodbury
+    identity and the matrix determinant lemma (``r x r`` capacitance
+    ``I + W^T D^{-1} W``); see :mod:`numpyro_gmm._kernels.lowrank`. Cost ``O(K^2 M d r)``,
+    memory ``O(M d + M K r + K d r)`` floats; no ``d x d`` matrix is formed. ``num_points``
+    and ``key`` as in :func:`mixing_qmc_entropy`. NaN when a parameter is not finite or
+    ``cov_diag`` is not positive.
+    """
+    log_w, locs, cov_factor, cov_diag, ok = _prepare_lowrank(logits, locs, cov_factor, cov_diag)
+    num_points = check_int("num_points", num_points, 1)
+    h = _lowrank.lowrank_mixing_qmc_entropy(log_w, locs, cov_factor, cov_diag, num_points=num_points, key=key)
+    return jnp.where(ok, h, jnp.nan)
+
+
+def dense_lowrank_tril(logits, locs, cov_factor, cov_diag, *, method: str = "this estimator") -> Array:
+    """``(K, d, d)`` Cholesky factors of ``W W^T + diag D`` for the estimators that need
+    dense factors; ``ValueError`` (before allocating) for ``d > LOWRANK_DENSE_MAX_DIM``."""
+    K, d, r = _check_lowrank(logits, locs, cov_factor, cov_diag)
+    check_lowrank_dense_dim(K, d, r, method)
+    dtype = float_dtype(logits, locs, cov_factor, cov_diag)
+    return _lowrank.dense_scale_tril(jnp.asarray(cov_factor, dtype), jnp.asarray(cov_diag, dtype))
+
+
+def check_lowrank_dense_dim(K: int, d: int, r: int, method: str) -> None:
+    """``ValueError`` when ``method`` would need dense factors of low-rank components with
+    ``d > LOWRANK_DENSE_MAX_DIM``."""
+    if d > LOWRANK_DENSE_MAX_DIM:
+        raise ValueError(
+            f"method={method!r} needs the dense d x d covariances of the low-rank components "
+            f"(K={K}, d={d}, r={r}: {K * d * d} entries); it is available for "
+            f"d <= LOWRANK_DENSE_MAX_DIM = {LOWRANK_DENSE_MAX_DIM}. The default ('auto', the "
+            "mixing rule) works on the low-rank factors at any d."
+        )

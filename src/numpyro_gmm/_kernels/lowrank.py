@@ -1,0 +1,178 @@
+r"""Low-rank-plus-diagonal Gaussian components: the mixing rule without ``d x d`` matrices.
+
+Component ``j`` has covariance ``Sigma_j = W_j W_j^T + diag(D_j)`` with ``W_j (d, r)`` and
+``D_j > 0 (d,)`` (the parameterisation of NumPyro's ``LowRankMultivariateNormal``).
+
+**Linear algebra** (never a ``d x d`` matrix). With the capacitance
+``C_j = I_r + W_j^T D_j^{-1} W_j`` (``r x r``) and its lower Cholesky factor ``L_j``
+(:func:`numpyro_gmm._kernels.gaussian.cholesky`, no LAPACK call):
+
+* matrix determinant lemma: ``ln|Sigma_j| = ln|C_j| + sum_k ln D_jk = 2 sum ln diag L_j + sum ln D_j``;
+* Woodbury identity: ``Sigma_j^{-1} = D_j^{-1} - D_j^{-1} W_j C_j^{-1} W_j^T D_j^{-1}``, so
+  ``y^T Sigma_j^{-1} y = sum_k y_k^2 / D_jk - |P_j^T y|^2`` with ``P_j = D_j^{-1} W_j L_j^{-T}``
+  (``d x r``).
+
+(Woodbury: M. A. Woodbury, *Inverting modified matrices*, Memorandum Report 42, Princeton,
+1950; the lemma: D. A. Harville, *Matrix Algebra From a Statistician's Perspective*,
+Springer 1997, theorem 18.1.1; both as in ``numpyro.distributions.LowRankMultivariateNormal``.)
+
+**Entropy.** The mixing rule of :mod:`numpyro_gmm._kernels.mixing`,
+
+.. math::
+
+    H[p] = \sum_i w_i \tfrac12 \ln|2\pi e \Sigma_i| + H(w)
+         - \sum_i w_i\, E_{X \sim N_i}\big[H\big(r(X)\big)\big],
+
+with the expectation over ``N_i`` written through the exact reparameterisation
+``X = mu_i + W_i e + sqrt(D_i) * eps``, ``(e, eps) ~ N(0, I_{r + d})`` (``W e`` and
+``sqrt(D) eps`` are independent centred Gaussians with covariances ``W W^T`` and ``diag D``,
+so their sum has covariance ``Sigma_i``), and integrated with the same ``M`` points
+``(e_m, eps_m) = Phi^{-1}(u_m)``, ``u_m`` the first ``M`` scrambled Sobol' points of dimension
+``r + d`` (fixed, or Cranley-Patterson shifted with a ``key``: unbiased). For the visited
+component ``i`` and every ``j``, with ``a_j = mu_i - mu_j`` and ``u_m = W_i e_m + sqrt(D_i) eps_m``,
+
+.. math::
+
+    y^T D_j^{-1} y = \textstyle\sum_k a_{jk}^2/D_{jk} + 2\, u_m \cdot (a_j / D_j) + u_m^2 \cdot (1 / D_j),
+    \qquad P_j^T y = P_j^T a_j + P_j^T u_m,
+
+three matrix products ``(M, d) x (d, K)`` and one ``(M, d) x (d, K r)``, so the cost is
+``O(K^2 M d r)`` in all (``O(K M d r)`` per visited component) and the memory of one step
+is ``O(M d + M K r)`` floats, besides the ``(K, d, r)`` matrices ``P_j`` and the parameters.
+The components are visited one at a time by a rematerialised ``lax.map`` as in the full and
+diagonal paths, so the gradient holds one step's work at a time.
+
+**Float32.** The means are centred and everything is expressed in units of the geometric
+mean ``c`` of the components' marginal standard deviations ``sqrt(D + rowsum W^2)``
+(exact: ``H(cY) = H(Y) + d ln c``). The Woodbury quadratic form is a difference of two
+terms that cancel along the directions of ``W_j`` when ``|W_j|^2 >> D_j``, so its
+rounding error grows with that ratio: measured float32 - float64 entropy differences of
+5e-6, 1.5e-5 and 7e-3 nats at ``|W|^2 / D`` about 1e2, 1e4 and 1e6 on overlapping elongated
+components (``benchmarks/lowrank_float32.py``; the full-covariance path stays within 5e-6
+there). Use float64 for components more elongated than about 1e4. The log-densities enter
+only through a ``log_softmax``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .bounds import LOG_2PI
+from .gaussian import cholesky, tril_inverse
+from .mixing import DEFAULT_NUM_POINTS, _entropy_of_responsibilities, normal_points, shifted_normal_points
+
+Array = jnp.ndarray
+
+
+def capacitance_tril(cov_factor: Array, cov_diag: Array) -> Array:
+    """``(..., r, r)`` lower Cholesky factors of ``C = I_r + W^T D^{-1} W`` (no LAPACK)."""
+    r = cov_factor.shape[-1]
+    wt_dinv = jnp.swapaxes(cov_factor, -1, -2) / cov_diag[..., None, :]
+    cap = wt_dinv @ cov_factor + jnp.eye(r, dtype=cov_factor.dtype)
+    return cholesky(cap)
+
+
+def log_det_cov(cov_factor: Array, cov_diag: Array, cap_tril: Array | None = None) -> Array:
+    """``ln|W W^T + diag D|`` by the matrix determinant lemma, shape ``(...)``."""
+    if cap_tril is None:
+        cap_tril = capacitance_tril(cov_factor, cov_diag)
+    diag = jnp.diagonal(cap_tril, axis1=-2, axis2=-1)
+    return 2.0 * jnp.sum(jnp.log(diag), -1) + jnp.sum(jnp.log(cov_diag), -1)
+
+
+def woodbury_factor(cov_factor: Array, cov_diag: Array, cap_tril: Array | None = None) -> Array:
+    """``(..., d, r)`` ``P = D^{-1} W L^{-T}``: ``y^T Sigma^{-1} y = sum y^2 / D - |P^T y|^2``."""
+    if cap_tril is None:
+        cap_tril = capacitance_tril(cov_factor, cov_diag)
+    return (cov_factor / cov_diag[..., :, None]) @ jnp.swapaxes(tril_inverse(cap_tril), -1, -2)
+
+
+def log_prob(value: Array, loc: Array, cov_factor: Array, cov_diag: Array, cap_tril: Array | None = None) -> Array:
+    """``ln N(value; loc, W W^T + diag D)`` by Woodbury and the determinant lemma; broadcasts
+    over leading axes; ``O(d r)`` per value, no ``d x d`` matrix."""
+    if cap_tril is None:
+        cap_tril = capacitance_tril(cov_factor, cov_diag)
+    y = value - loc
+    p = woodbury_factor(cov_factor, cov_diag, cap_tril)
+    v = jnp.einsum("...dr,...d->...r", p, y)
+    quad = jnp.sum(jnp.square(y) / cov_diag, -1) - jnp.sum(jnp.square(v), -1)
+    d = loc.shape[-1]
+    return -0.5 * (d * LOG_2PI + log_det_cov(cov_factor, cov_diag, cap_tril) + quad)
+
+
+def dense_scale_tril(cov_factor: Array, cov_diag: Array) -> Array:
+    """``(..., d, d)`` lower Cholesky factor of ``W W^T + diag D``, as
+    ``sqrt(D) chol(I + D^{-1/2} W W^T D^{-1/2})`` (eigenvalues of the inner matrix are
+    ``>= 1``, so its factorisation is well conditioned); forms ``d x d`` matrices."""
+    s = jnp.sqrt(cov_diag)
+    wt = cov_factor / s[..., :, None]
+    d = cov_factor.shape[-2]
+    inner = wt @ jnp.swapaxes(wt, -1, -2) + jnp.eye(d, dtype=cov_factor.dtype)
+    return s[..., :, None] * cholesky(inner)
+
+
+def rescaled(locs: Array, cov_factor: Array, cov_diag: Array):
+    """``(locs', W', D', d ln c)`` for the mixture of ``(X - m) / c``: ``m`` the mean of the
+    means, ``c`` the geometric mean of the marginal standard deviations (``stop_gradient``)."""
+    d = locs.shape[-1]
+    marginal_var = cov_diag + jnp.sum(jnp.square(cov_factor), -1)
+    log_c = lax.stop_gradient(0.5 * jnp.mean(jnp.log(marginal_var)))
+    inv_c = jnp.exp(-log_c)
+    locs = (locs - lax.stop_gradient(jnp.mean(locs, axis=0))) * inv_c
+    return locs, cov_factor * inv_c, cov_diag * jnp.square(inv_c), d * log_c
+
+
+def lowrank_mixing_qmc_entropy(
+    log_weights: Array,
+    locs: Array,
+    cov_factor: Array,
+    cov_diag: Array,
+    *,
+    num_points: int = DEFAULT_NUM_POINTS,
+    key: Array | None = None,
+) -> Array:
+    """The mixing rule (module docstring) for ``log_weights (K,)`` (normalised), ``locs (K, d)``,
+    ``cov_factor (K, d, r)``, ``cov_diag (K, d)``; scalar. ``key``: ``None`` for the fixed
+    Sobol' points, or a ``jax.random`` key for one random shift of them (unbiased)."""
+    K, d = locs.shape
+    r = cov_factor.shape[-1]
+    dtype = locs.dtype
+    locs, cov_factor, cov_diag, d_log_c = rescaled(locs, cov_factor, cov_diag)
+    if key is None:
+        z = jnp.asarray(normal_points(num_points, r + d), dtype)  # (M, r + d)
+    else:
+        z = lax.stop_gradient(shifted_normal_points(key, num_points, r + d, dtype))
+    e, eps = z[:, :r], z[:, r:]
+    finite = jnp.isfinite(log_weights)
+    w = jnp.exp(log_weights)
+
+    cap = capacitance_tril(cov_factor, cov_diag)  # (K, r, r)
+    p = woodbury_factor(cov_factor, cov_diag, cap)  # (K, d, r)
+    p_flat = jnp.transpose(p, (1, 0, 2)).reshape(d, K * r)  # (d, K r)
+    inv_d = 1.0 / cov_diag  # (K, d)
+    log_det = log_det_cov(cov_factor, cov_diag, cap)  # (K,)
+    log_c = log_weights - 0.5 * log_det  # the common -d/2 ln 2pi cancels in r
+
+    def half_quad(args):  # (M, K): (y^T Sigma_j^{-1} y) / 2 at y = mu_i + u_m - mu_j
+        mu_i, w_i, d_i = args
+        u = e @ w_i.T + eps * jnp.sqrt(d_i)  # (M, d): u_m = W_i e_m + sqrt(D_i) eps_m
+        a = mu_i - locs  # (K, d)
+        diag_part = (
+            jnp.sum(jnp.square(a) * inv_d, -1)[None]
+            + 2.0 * u @ (a * inv_d).T
+            + jnp.square(u) @ inv_d.T
+        )  # (M, K)
+        v = (u @ p_flat).reshape(num_points, K, r) + jnp.einsum("kdr,kd->kr", p, a)[None]  # (M, K, r)
+        return 0.5 * jnp.maximum(diag_part - jnp.sum(jnp.square(v), -1), 0.0)
+
+    @jax.checkpoint
+    def mixing_term(args):
+        log_joint = log_c[None] - half_quad(args)  # (M, K)
+        return jnp.mean(_entropy_of_responsibilities(log_joint, finite[None]))
+
+    mix = lax.map(mixing_term, (locs, cov_factor, cov_diag))  # (K,)
+    h_gauss = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
+    h_w = -jnp.sum(w * jnp.where(finite, log_weights, 0.0))
+    return jnp.sum(w * (h_gauss - mix)) + h_w + d_log_c
