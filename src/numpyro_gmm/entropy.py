@@ -820,16 +820,18 @@ def _check_lowrank(logits, locs, cov_factor, cov_diag):
     return K, d, fs[2]
 
 
-def _prepare_lowrank(logits, locs, cov_factor, cov_diag):
-    _check_lowrank(logits, locs, cov_factor, cov_diag)
-    dtype = float_dtype(logits, locs, cov_factor, cov_diag)
+@functools.partial(jax.jit, static_argnames=("dtype", "num_points"))
+def _lowrank_compiled(logits, locs, cov_factor, cov_diag, key, *, dtype, num_points):
+    """:func:`lowrank_mixing_qmc_entropy` after validation, one program per shape (as
+    :func:`_compiled`)."""
     logits, locs, cov_factor, cov_diag = (jnp.asarray(x, dtype) for x in (logits, locs, cov_factor, cov_diag))
     ok = (
         all_finite(locs, cov_factor, cov_diag)
         & jnp.all(cov_diag > 0)
         & ~jnp.any(jnp.isnan(logits) | (logits == jnp.inf))
     )
-    return log_softmax(logits), locs, cov_factor, cov_diag, ok
+    h = _lowrank.lowrank_mixing_qmc_entropy(log_softmax(logits), locs, cov_factor, cov_diag, num_points=num_points, key=key)
+    return jnp.where(ok, h, jnp.asarray(jnp.nan, h.dtype))
 
 
 def lowrank_mixing_qmc_entropy(
@@ -854,10 +856,10 @@ def lowrank_mixing_qmc_entropy(
     and ``key`` as in :func:`mixing_qmc_entropy`. NaN when a parameter is not finite or
     ``cov_diag`` is not positive.
     """
-    log_w, locs, cov_factor, cov_diag, ok = _prepare_lowrank(logits, locs, cov_factor, cov_diag)
+    _check_lowrank(logits, locs, cov_factor, cov_diag)
+    dtype = jnp.dtype(float_dtype(logits, locs, cov_factor, cov_diag))
     num_points = check_int("num_points", num_points, 1)
-    h = _lowrank.lowrank_mixing_qmc_entropy(log_w, locs, cov_factor, cov_diag, num_points=num_points, key=key)
-    return jnp.where(ok, h, jnp.nan)
+    return _lowrank_compiled(logits, locs, cov_factor, cov_diag, key, dtype=dtype, num_points=num_points)
 
 
 def dense_lowrank_tril(logits, locs, cov_factor, cov_diag, *, method: str = "this estimator") -> Array:
