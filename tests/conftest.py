@@ -5,6 +5,7 @@ unless ``--run-slow`` is given; CI gives it, so they run on every change (see ``
 """
 
 import os
+from pathlib import Path
 
 # The suite is compile-bound (hundreds of small programs, each run a few times): XLA's CPU
 # backend at LLVM optimisation level 0 compiles them about twice as fast (measured: the
@@ -27,7 +28,18 @@ def pytest_addoption(parser):
                      help="also run the tests marked slow (CI does)")
 
 
+def _listed_slow():
+    """Node ids in ``slow_tests.txt`` (written by ``tests/profile_tests.py``: the tests over
+    2 CPU-seconds, mostly compilation); they are marked ``slow`` like the ones marked in code."""
+    path = Path(__file__).with_name("slow_tests.txt")
+    return {line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
+
+
 def pytest_collection_modifyitems(config, items):
+    listed = _listed_slow()
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
     if config.getoption("--run-slow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --run-slow (CI does)")
