@@ -195,3 +195,69 @@ def test_batched_bounds_bracket_each_mixture():
     truth = TRUTH + np.log(cs)
     tol = EPS * (1 + np.abs(truth))
     assert np.all(np.asarray(lo) - tol <= truth) and np.all(truth <= np.asarray(hi) + tol)
+
+
+# ---------------------------------------------------------------- never allocate hundreds of GB
+BIG_K, BIG_D = 512, 1000
+
+
+def _big():
+    """K = 512, d = 1000, diagonal: 2 MB of parameters (no estimator may turn them into
+    hundreds of GB; the checks run before anything is allocated, so these tests are fast)."""
+    return jnp.zeros(BIG_K, F), jnp.zeros((BIG_K, BIG_D), F), jnp.ones((BIG_K, BIG_D), F)
+
+
+@pytest.mark.parametrize(
+    "method, match",
+    [
+        ("legendre", "compositions"),
+        ("taylor", "compositions"),
+        ("legendre_normalized", "compositions"),
+        ("huber_lower", "GiB"),
+        ("pairwise_bhattacharyya_lower", "GiB"),
+        ("pairwise_kl_upper", "GiB"),
+        ("monte_carlo", "K=512"),
+    ],
+)
+def test_estimators_at_k512_d1000_raise_before_allocating(method, match):
+    lg, m, s = _big()
+    kw = dict(key=jax.random.PRNGKey(0)) if method == "monte_carlo" else {}
+    with pytest.raises(ValueError, match=match), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # legendre_entropy warns about d = 1000 before raising
+        mixture_entropy(lg, m, scale=s, method=method, **kw)
+
+
+def test_bounds_and_class_at_k512_d1000_raise_before_allocating():
+    lg, m, s = _big()
+    with pytest.raises(ValueError, match="entropy_bounds with K=512"):
+        entropy_bounds(lg, m, scale=s)
+    gm = GaussianMixture(m, scale=s, logits=lg)
+    with pytest.raises(ValueError, match="entropy_bounds with K=512"):
+        gm.entropy_bounds()
+    with pytest.raises(ValueError, match="num_samples"):
+        gm.entropy(method="monte_carlo", key=jax.random.PRNGKey(0), num_samples=1 << 20)
+
+
+def test_huber_upper_at_k512_d1000_is_the_closed_form():
+    """O(K d): answers. Reference: sum_i w_i (-ln w_i + H_i) with H_i the Gaussian closed form."""
+    lg, m, s = _big()
+    h = float(mixture_entropy(lg, m, scale=s, method="huber_upper"))
+    truth = math.log(BIG_K) + _gauss_entropy(BIG_D, 0.0)
+    assert abs(h - truth) < 1e-5 * truth
+
+
+@pytest.mark.parametrize("K, num_samples", [(128, 4096), (512, 4096), (64, 1 << 24)])
+def test_monte_carlo_refuses_its_k4_memory(K, num_samples):
+    """The strata are K^2 with >= 2 draws each, scored against K^2 densities: >= 12 K^4 floats
+    (13 GB at K = 128 in float32). The message names K, the sample count and the memory."""
+    with pytest.raises(ValueError, match=rf"K={K} components.*num_samples={num_samples}.*GiB"):
+        mixture_entropy(jnp.zeros(K, F), jnp.zeros((K, 2), F), scale=jnp.ones((K, 2), F),
+                        method="monte_carlo", key=jax.random.PRNGKey(0), num_samples=num_samples)
+
+
+def test_monte_carlo_cost_estimate_is_within_its_limit_where_it_runs():
+    """K = 64, d = 2, 4096 samples ran in 0.75 GB (measured peak): the estimate allows it."""
+    from numpyro_gmm._kernels.monte_carlo import MAX_MONTE_CARLO_BYTES, monte_carlo_cost
+
+    S, nbytes = monte_carlo_cost(64, 2, 4096, 4)
+    assert S == 2 * 64 * 64 and 0.5e9 < nbytes < MAX_MONTE_CARLO_BYTES
