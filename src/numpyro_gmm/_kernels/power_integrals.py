@@ -52,7 +52,8 @@ into tiles of ``tile_short x tile_long`` pairs: one tile gathers ``tile_short +
 tile_long`` rows and evaluates ``tile_short * tile_long`` pairs by broadcasting, so the pair
 algebra runs on contiguous arrays (a row gather per pair cost more than the arithmetic).
 Per pair: one add of the two halves, and a ``d x d`` log-determinant and quadratic form
-instead of ``O(K d^2)`` work: closed forms for ``d = 1, 2``, an unrolled Cholesky up to
+instead of ``O(K d^2)`` work: closed forms for ``d = 1, 2`` (in 2-D without cancellation:
+:func:`_pair_det`, :func:`_between_2d`, ``O(K)`` per pair), an unrolled Cholesky up to
 :data:`~numpyro_gmm._kernels.gaussian.UNROLL_MAX_DIM`, batched LAPACK beyond. A diagonal
 covariance needs no factorisation at all (``O(d)`` per pair).
 
@@ -126,7 +127,8 @@ def moment_cost(K: int, d: int, k_max: int, diagonal: bool, itemsize: int, block
     Memory: the two half tables hold ``R = C(n_max + K_a, K_a) + C(n_max + K_b, K_b)`` rows
     (``K_a = ceil(K/2)``, ``K_b = K - K_a``, ``n_max = k_max + 1``); per row the engine keeps
     the composition counts (``K_a`` int32 and ``K_a`` floats while the rows are summed) and
-    ``F = 3 + d + P`` features (``P = d`` diagonal, ``d(d+1)/2`` full) in the row table, its
+    ``F = 3 + d + P`` features (``P = d`` diagonal, ``d(d+1)/2`` full; ``+ 1 + K_a`` for full
+    ``d = 2``, the determinant features of :func:`_pair_det`) in the row table, its
     cotangent and the ``k_max`` Jacobian rows (:func:`_pair_lse`), plus one block of
     ``block_size`` pairs (a few dozen floats each):
     ``bytes ~= itemsize (R (2 K_a + F (k_max + 2)) + 64 block_size F)``.
