@@ -9,14 +9,19 @@ reparameterised, control-variate Monte Carlo estimator
 
 with ``H_i`` in closed form, differentiated by ``jax.grad`` and averaged over ``--batches``
 independent batches of ``--draws`` draws per component, float64; its standard error is
-given. Estimators: the default (``auto``: the mixing rule on the fixed 1024 Sobol' points),
+given. ``--reference rb`` uses instead its label average, ``H = sum_i w_i (H_i - ln w_i -
+E_z[H(r(mu_i + L_i z))])`` with the responsibilities ``r`` (bounded integrand, lower variance;
+i.i.d. draws, not the package's Sobol' points), and ``--antithetic`` draws pairs ``(z, -z)``.
+Estimators: the default (``auto``: the mixing rule on the fixed 1024 Sobol' points),
 the randomised rule (``key``: the same points shifted uniformly modulo 1 per call; mean and
 spread over ``--keys`` keys), and the Legendre series (order 8) where its cost allows
 (d <= 2). Error: ``||g - g_ref|| / ||g_ref||`` per parameter group (``loc``, the
 covariance factor, ``logits``).
 
 ``python benchmarks/gradients.py [--write]`` writes the table between
-``<!-- gradients:begin -->`` and ``<!-- gradients:end -->`` in docs/accuracy.md.
+``<!-- gradients:begin -->`` and ``<!-- gradients:end -->`` in docs/accuracy.md; the rows at
+d = 50 and 100 (``--min-d 50 --reference rb --antithetic --section gradients-large``) go to
+their own section.
 """
 
 from __future__ import annotations
@@ -53,15 +58,37 @@ CASES = [
     ("weights 1e-6..1", "weights", 5, 8, "full"),
     ("overlap", "overlap", 10, 16, "diag"),
     ("map sep 1.5", "map", 20, 16, "full"),
-    ("weights 1e-6..1", "weights", 50, 8, "full"),
-    ("overlap", "overlap", 100, 8, "diag"),
-    ("spike", "spike", 100, 4, "diag"),
+    ("ill-conditioned", "illcond", 50, 8, "full"),
+    ("ill-conditioned", "illcond", 100, 8, "full"),
 ]
+
+
+def ill_conditioned(d, K, dist=2.0, eps=0.1, seed=0):
+    """Hard full-covariance mixture for large d: one random orientation with standard
+    deviations log-spaced 0.1 .. 10 (covariance condition number 1e4, measured 1.0e4 at
+    d = 50, 1.1e4 at d = 100), each component's factor ``L_0 (I + eps G_k / sqrt(d))``,
+    means ``dist`` apart in the whitened metric (``L_0 g_k dist / sqrt(2 d)``), weights
+    log-spaced 1e-2 .. 1. The components overlap: the mixing term ``sum_i w_i E_i[H(r)]`` is
+    0.82 nats at d = 50 and 0.70 at d = 100 (of ``H(w)`` = 1.40), so the gradient is not
+    carried by the closed-form parts alone."""
+    rng = np.random.default_rng(seed)
+    logits = np.log(np.logspace(-2, 0, K))
+    sds = np.logspace(-1, 1, d)
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    l0 = np.linalg.cholesky((q * sds**2) @ q.T)
+    tril = np.empty((K, d, d))
+    for k in range(K):
+        a = np.eye(d) + eps * rng.normal(size=(d, d)) / math.sqrt(d)
+        tril[k] = np.linalg.cholesky(l0 @ a @ a.T @ l0.T)
+    locs = (dist / math.sqrt(2 * d)) * rng.normal(size=(K, d)) @ l0.T
+    return logits, locs, tril
 
 
 def mixture(fam, d, K):
     if fam == "map":
         return R.random_mixture(d, K, 1.5, 0)
+    if fam == "illcond":
+        return ill_conditioned(d, K)
     logits, locs, tril = R.hard_mixture(fam, d, K)
     if fam == "two":  # unequal weights: with equal ones the logits' gradient is 0 by symmetry
         logits = np.log(np.array([0.3, 0.7]))
@@ -135,13 +162,39 @@ def mc_estimate(logits, locs, factor, z, diag):
     return jnp.sum(w * (h_i - jnp.mean(log_p - own, axis=1)))
 
 
+def mc_estimate_rb(logits, locs, factor, z, diag):
+    """Label-averaged (Rao-Blackwellised) reparameterised estimate of H from draws z (K, S, d):
+    ``H = sum_i w_i (H_i - ln w_i - E_z[H(r(mu_i + L_i z))])`` with the responsibilities
+    ``r_j = w_j N_j / p`` (``E[-ln r_Z(X) | X] = H(r(X))``, so this is the control-variate
+    integrand of :func:`mc_estimate` averaged over the label given ``X``: bounded in
+    ``[0, ln K]``, lower variance). I.i.d. normal draws, own code (not the package's)."""
+    d = locs.shape[-1]
+    lw = jax.nn.log_softmax(logits)
+    w = jnp.exp(lw)
+    if diag:
+        x = locs[:, None, :] + factor[:, None, :] * z
+        log_det = jnp.sum(jnp.log(factor), -1)
+        sq = jnp.sum(((x[:, :, None, :] - locs[None, None]) / factor[None, None]) ** 2, -1)
+    else:
+        factor = jnp.tril(factor)
+        x = locs[:, None, :] + jnp.einsum("kab,ksb->ksa", factor, z)
+        log_det = jnp.sum(jnp.log(jnp.abs(jnp.diagonal(factor, axis1=1, axis2=2))), -1)
+        inv = jnp.linalg.inv(factor)
+        sq = jnp.sum(jnp.einsum("jab,ksjb->ksja", inv, x[:, :, None, :] - locs[None, None]) ** 2, -1)
+    lj = lw[None, None] - log_det[None, None] - 0.5 * sq  # (K, S, K): ln w_j N_j + const
+    h_r = -jnp.sum(jax.nn.softmax(lj, -1) * jax.nn.log_softmax(lj, -1), -1)  # (K, S)
+    h_i = 0.5 * d * math.log(2 * math.pi * math.e) + log_det
+    return jnp.sum(w * (h_i - lw - jnp.mean(h_r, axis=1)))
+
+
 def flat(g):
     return [np.ravel(np.asarray(x)) for x in g]
 
 
-def reference_gradient(params, diag, draws, batches, seed=0):
+def reference_gradient(params, diag, draws, batches, seed=0, antithetic=False, estimator="cv"):
     K, d = params[1].shape
-    f = jax.jit(jax.grad(lambda lg, m, fa, z: mc_estimate(lg, m, fa, z, diag), argnums=(0, 1, 2)))
+    fn = mc_estimate if estimator == "cv" else mc_estimate_rb
+    f = jax.jit(jax.grad(lambda lg, m, fa, z: fn(lg, m, fa, z, diag), argnums=(0, 1, 2)))
     key = jax.random.PRNGKey(seed)
     chunk = max(1, min(draws, int(2**24 // max(1, K * K * d))))
     gs = []
@@ -151,6 +204,8 @@ def reference_gradient(params, diag, draws, batches, seed=0):
         while n < draws:
             key, sub = jax.random.split(key)
             z = jax.random.normal(sub, (K, chunk, d), jnp.float64)
+            if antithetic:  # (z, -z): still unbiased; cancels the odd (linear) part of the noise
+                z = jnp.concatenate([z[:, : chunk // 2], -z[:, : chunk // 2]], axis=1)
             g = f(*params, z)
             acc = g if acc is None else jax.tree.map(jnp.add, acc, g)
             n += chunk
@@ -175,6 +230,10 @@ def main(argv=None):
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--max-d", type=int, default=100)
     ap.add_argument("--min-d", type=int, default=1)
+    ap.add_argument("--antithetic", action="store_true", help="reference with antithetic pairs (z, -z)")
+    ap.add_argument("--reference", choices=("cv", "rb"), default="cv",
+                    help="Monte Carlo reference: control variate ln p - ln N_i (cv) or its label average H(r) (rb)")
+    ap.add_argument("--section", default="gradients", help="marker name of the docs section to write")
     a = ap.parse_args(argv)
     rows, t0 = [], time.time()
     for label, fam, d, K, cov in CASES:
@@ -189,7 +248,7 @@ def main(argv=None):
             ref = fd_gradient(params, diag)
             se = [np.zeros_like(x) for x in ref]
         else:
-            ref, se = reference_gradient(params, diag, a.draws, a.batches)
+            ref, se = reference_gradient(params, diag, a.draws, a.batches, antithetic=a.antithetic, estimator=a.reference)
         noise = [float(np.linalg.norm(np.ravel(se[i])) / np.linalg.norm(np.ravel(ref[i]))) for i in (1, 2, 0)]
         t_ref = time.time() - t
 
@@ -206,39 +265,47 @@ def main(argv=None):
         per_key = np.array([rel(g, ref) for g in gk])  # (keys, 3)
         mean_g = [np.mean([np.asarray(g[i]) for g in gk], axis=0) for i in range(3)]
         rand_mean = rel(mean_g, ref)
+        sd_g = [np.std([np.asarray(g[i]) for g in gk], axis=0, ddof=1) for i in range(3)]
+        rand_sd = [float(np.linalg.norm(np.ravel(sd_g[i])) / np.linalg.norm(np.ravel(ref[i]))) for i in (1, 2, 0)]
         leg = None
         if d <= 2 and K <= 8:
             leg = rel(jax.grad(est(E.legendre_entropy), argnums=(0, 1, 2))(*params), ref)
-        rows.append((label, d, K, cov, noise, fixed, rand_mean, per_key.mean(0), leg))
+        rows.append((label, d, K, cov, noise, fixed, rand_mean, per_key.mean(0), rand_sd, leg, time.time() - t))
         pct = lambda v: "/".join(f"{100 * x:.2f}" for x in v)  # noqa: E731
         print(f"{label:16s} d={d:3d} K={K:2d} {cov}: ref noise {pct(noise)} % | fixed {pct(fixed)} % | "
-              f"randomised mean of {a.keys} {pct(rand_mean)} %, one key (avg) {pct(per_key.mean(0))} % | "
+              f"randomised mean of {a.keys} {pct(rand_mean)} %, one key (avg) {pct(per_key.mean(0))} %, sd {pct(rand_sd)} % | "
               f"legendre {'-' if leg is None else pct(leg)} %  (ref {t_ref:.0f} s)", flush=True)
     total = time.time() - t0
     pct = lambda v: " / ".join(f"{100 * x:.2f}" for x in v)  # noqa: E731
     lines = [
-        "## Gradient of the entropy: bias and variance against a long Monte Carlo reference",
+        "## Gradient of the entropy: bias and variance against a long Monte Carlo reference"
+        if a.section == "gradients"
+        else f"### Gradient at d = {a.min_d} .. {a.max_d}: bias and variance against a long Monte Carlo reference",
         "",
-        f"Generated by `python benchmarks/gradients.py --write` ({total:.0f} s, loaded 2-core machine). Reference: "
+        f"Generated by `python benchmarks/gradients.py {' '.join(sys.argv[1:] if argv is None else argv)}` ({total:.0f} s, loaded 2-core machine). Reference: "
         "central differences of quadrature in d <= 2 (adaptive quad in 1-D, Gauss-Hermite in 2-D; ref noise 0), "
         f"beyond a reparameterised control-variate Monte Carlo gradient written independently of the package, {a.batches} "
-        f"batches x {a.draws} draws per component, float64; *ref noise* is its standard error relative to its norm. "
+        f"batches x {a.draws} draws per component{' in antithetic pairs (z, -z)' if a.antithetic else ''}, "
+        f"{'integrand ln p - ln N_i' if a.reference == 'cv' else 'label-averaged integrand H(r) (i.i.d. draws)'}, float64; "
+        "*ref noise* is its standard error relative to its norm (an error below about twice it is not resolved). "
         "Each cell: `||g - g_ref|| / ||g_ref||` in percent for loc / covariance factor / logits. *fixed*: the "
         "default (`auto`, 1024 fixed Sobol' points); *randomised, mean*: the mean gradient over "
         f"{a.keys} random shifts (tests unbiasedness: it should fall to the reference noise and the QMC spread over "
         f"sqrt({a.keys})); *randomised, one key*: the average error of a single shifted rule (its spread, what one "
-        "SVI step sees); *legendre 8*: the series (d <= 2, K <= 8).",
+        "SVI step sees); *randomised sd*: the spread of one shifted rule's gradient over keys, `||sd|| / ||g_ref||` "
+        "(its variance); *legendre 8*: the series (d <= 2, K <= 8).",
         "",
-        "| mixture | d | K | cov | ref noise | fixed (default) | randomised, mean | randomised, one key | legendre 8 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| mixture | d | K | cov | ref noise | fixed (default) | randomised, mean | randomised, one key | "
+        "randomised sd | legendre 8 | time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, d, K, cov, noise, fixed, rm, pk, leg in rows:
+    for label, d, K, cov, noise, fixed, rm, pk, sd, leg, dt in rows:
         lines.append(f"| {label} | {d} | {K} | {cov} | {pct(noise)} | {pct(fixed)} | {pct(rm)} | {pct(pk)} | "
-                     f"{'-' if leg is None else pct(leg)} |")
+                     f"{pct(sd)} | {'-' if leg is None else pct(leg)} | {dt:.0f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if a.write:
-        write_section(ROOT / "docs" / "accuracy.md", "gradients", text)
+        write_section(ROOT / "docs" / "accuracy.md", a.section, text)
 
 
 if __name__ == "__main__":

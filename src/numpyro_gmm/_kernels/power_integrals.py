@@ -52,7 +52,8 @@ into tiles of ``tile_short x tile_long`` pairs: one tile gathers ``tile_short +
 tile_long`` rows and evaluates ``tile_short * tile_long`` pairs by broadcasting, so the pair
 algebra runs on contiguous arrays (a row gather per pair cost more than the arithmetic).
 Per pair: one add of the two halves, and a ``d x d`` log-determinant and quadratic form
-instead of ``O(K d^2)`` work: closed forms for ``d = 1, 2``, an unrolled Cholesky up to
+instead of ``O(K d^2)`` work: closed forms for ``d = 1, 2`` (in 2-D without cancellation:
+:func:`_pair_det`, :func:`_between_2d`, ``O(K)`` per pair), an unrolled Cholesky up to
 :data:`~numpyro_gmm._kernels.gaussian.UNROLL_MAX_DIM`, batched LAPACK beyond. A diagonal
 covariance needs no factorisation at all (``O(d)`` per pair).
 
@@ -92,6 +93,7 @@ from .gaussian import (
     LOG_2PI,
     UNROLL_MAX_DIM,
     information_form,
+    tril_inverse,
     logdet_and_inverse_rows,
     logdet_and_quad_rows,
     solve_rows,
@@ -125,7 +127,8 @@ def moment_cost(K: int, d: int, k_max: int, diagonal: bool, itemsize: int, block
     Memory: the two half tables hold ``R = C(n_max + K_a, K_a) + C(n_max + K_b, K_b)`` rows
     (``K_a = ceil(K/2)``, ``K_b = K - K_a``, ``n_max = k_max + 1``); per row the engine keeps
     the composition counts (``K_a`` int32 and ``K_a`` floats while the rows are summed) and
-    ``F = 3 + d + P`` features (``P = d`` diagonal, ``d(d+1)/2`` full) in the row table, its
+    ``F = 3 + d + P`` features (``P = d`` diagonal, ``d(d+1)/2`` full; ``+ 1 + K_a`` for full
+    ``d = 2``, the determinant features of :func:`_pair_det`) in the row table, its
     cotangent and the ``k_max`` Jacobian rows (:func:`_pair_lse`), plus one block of
     ``block_size`` pairs (a few dozen floats each):
     ``bytes ~= itemsize (R (2 K_a + F (k_max + 2)) + 64 block_size F)``.
@@ -137,7 +140,7 @@ def moment_cost(K: int, d: int, k_max: int, diagonal: bool, itemsize: int, block
     K_b = K - K_a
     rows = num_compositions(n_max, K_a + 1) + num_compositions(n_max, K_b + 1)
     comps = sum(num_compositions(n, K) for n in range(2, n_max + 1))
-    F = 3 + d + (d if diagonal else d * (d + 1) // 2)
+    F = 3 + d + (d if diagonal else d * (d + 1) // 2) + ((1 + K_a) if d == 2 and not diagonal else 0)
     nbytes = itemsize * (rows * (2 * K_a + F * (k_max + 2)) + 64 * block_size * F)
     return comps, nbytes
 
@@ -236,13 +239,42 @@ def _whiten(locs: Array, scale_tril: Array | None, scale: Array | None):
     return locs, scale_tril / s[:, None], None, jnp.sum(log_s)
 
 
+def _mixed(d: int, diagonal: bool) -> bool:
+    """Whether the half rows carry the accurate determinant features (full ``d = 2``)."""
+    return d == 2 and not diagonal
+
+
+def _num_entries(d: int, diagonal: bool) -> int:
+    return d if diagonal else d * (d + 1) // 2
+
+
 def _pair_algebra(ga, gb, d: int, diagonal: bool):
     """``(delta, la, lb, lam)`` of a batch of pairs; ``ga``, ``gb``: the ``F`` feature rows
-    ``[s, spread, non-empty, mbar (d), Lambda entries]`` of the two half compositions."""
+    ``[s, spread, non-empty, mbar (d), Lambda entries (P)]`` of the two half compositions,
+    followed for full ``d = 2`` by ``[det, vec (K_a)]`` (:func:`_pair_det`)."""
     both = lax.stop_gradient(ga[2] * gb[2])  # a 0/1 flag: no cotangent
     delta = [(ga[3 + j] - gb[3 + j]) * both for j in range(d)]
-    la, lb = ga[3 + d :], gb[3 + d :]
+    P = _num_entries(d, diagonal)
+    la, lb = ga[3 + d : 3 + d + P], gb[3 + d : 3 + d + P]
     return delta, la, lb, [x + y for x, y in zip(la, lb)]
+
+
+def _pair_det(ga, gb):
+    r"""``|Lambda_a + Lambda_b|`` of full 2-D pairs without cancellation.
+
+    For ``2 x 2`` matrices ``|A + B| = |A| + |B| + D(A, B)`` with the mixed discriminant
+    ``D(A, B) = tr(adj(A) B)``, bilinear and ``>= 0`` for positive semi-definite ``A, B``; so
+    ``|sum_i m_i Lambda_i| = 1/2 sum_ij m_i m_j D_ij`` with ``D_ij = D(Lambda_i, Lambda_j)
+    = ||L_j^-1 L_i||_F^2 / |L_i|^2`` (``D_ii = 2 |Lambda_i|``), a sum of non-negative terms.
+    Each half row stores its own ``|Lambda_h| = 1/2 m_h^T D_hh m_h`` and a vector whose dot
+    product with the other half's is the cross term ``m_a^T D_ab m_b`` (``m_a`` on the first
+    half's rows, ``D_ab m_b`` on the second's). The product ``ac - b^2`` of the summed entries
+    instead loses ``cond(Lambda) eps`` relatively: measured 3e-3 .. 1.6e-2 in the float32
+    log-moments of thin ellipses (condition number 1e5), which the Legendre series amplified
+    to nats.
+    """
+    det = ga[8] + gb[8] + sum(x * y for x, y in zip(ga[9:], gb[9:]))
+    return jnp.where(det > 0, det, jnp.nan)
 
 
 def _pair_terms(ga, gb, d: int, diagonal: bool):
@@ -261,10 +293,37 @@ def _pair_terms(ga, gb, d: int, diagonal: bool):
         log_det = sum(jnp.log(x) for x in lam)
         between = sum(jnp.square(delta[j]) * (la[j] * lb[j] / lam[j]) for j in range(d))
     else:
-        v = symmetric_matvec_rows(la, delta, d)
-        log_det, quad = logdet_and_quad_rows(v, lam, d, diagonal)
-        between = jnp.maximum(sum(delta[i] * v[i] for i in range(d)) - quad, 0.0)
+        if _mixed(d, diagonal):
+            det = _pair_det(ga, gb)
+            log_det = jnp.log(det)
+            between = _between_2d(ga, gb, delta, la, lb) / det
+        else:
+            v = symmetric_matvec_rows(la, delta, d)
+            log_det, quad = logdet_and_quad_rows(v, lam, d, diagonal)
+            between = jnp.maximum(sum(delta[i] * v[i] for i in range(d)) - quad, 0.0)
     return ga[0] + gb[0] - 0.5 * (ga[1] + gb[1] + log_det + between)
+
+
+def _adj_times(lam, x):
+    """``adj(Lambda) x`` for 2-D ``Lambda`` given as its three upper-triangle entries."""
+    a, b, c = lam
+    return [c * x[0] - b * x[1], a * x[1] - b * x[0]]
+
+
+def _between_2d(ga, gb, delta, la, lb):
+    r"""``|Lambda| B`` of a full 2-D pair, a sum of two non-negative terms:
+    ``B = delta^T Lambda_a Lambda^-1 Lambda_b delta = (|Lambda_a| delta^T Lambda_b delta
+    + |Lambda_b| delta^T Lambda_a delta) / |Lambda|`` (``adj(Lambda) = adj(Lambda_a) +
+    adj(Lambda_b)`` and ``Lambda_a adj(Lambda_a) = |Lambda_a| I`` for ``2 x 2``), with the
+    halves' accurate determinants (:func:`_pair_det`). The form ``delta^T v - v^T Lambda^-1 v``
+    (``v = Lambda_a delta``) loses ``eps |v| |delta|``, i.e. ``eps delta^T Lambda_a delta``,
+    which is large for crossing thin ellipses while ``B`` is not."""
+
+    def quad(lam):
+        a, b, c = lam
+        return delta[0] * (a * delta[0] + 2.0 * b * delta[1]) + c * delta[1] * delta[1]
+
+    return jnp.maximum(ga[8] * quad(lb) + gb[8] * quad(la), 0.0)
 
 
 def _pair_core(ga, gb, d: int, diagonal: bool):
@@ -286,11 +345,22 @@ def _pair_core(ga, gb, d: int, diagonal: bool):
         y = [delta[j] * la[j] * inv[j] for j in range(d)]
         between = sum(la[j] * delta[j] * u[j] for j in range(d))
     else:
-        log_det, inv = logdet_and_inverse_rows(lam, d)
-        v = symmetric_matvec_rows(la, delta, d)
-        y = symmetric_matvec_rows(inv, v, d)
-        u = [delta[i] - y[i] for i in range(d)]
-        between = jnp.maximum(sum(v[i] * u[i] for i in range(d)), 0.0)
+        if _mixed(d, diagonal):
+            # Accurate determinant (_pair_det; 1/det kept for the cotangents) and between
+            # term (_between_2d); u = Lambda^-1 Lambda_b delta = (adj(Lambda_a) Lambda_b delta
+            # + |Lambda_b| delta) / det (adj is linear in 2-D), y likewise, with no delta - y.
+            r = 1.0 / _pair_det(ga, gb)
+            log_det = -jnp.log(r)
+            inv = [lam[2] * r, -lam[1] * r, lam[0] * r, r]
+            between = _between_2d(ga, gb, delta, la, lb) * r
+            u = [(x + gb[8] * dx) * r for x, dx in zip(_adj_times(la, symmetric_matvec_rows(lb, delta, 2)), delta)]
+            y = [(x + ga[8] * dx) * r for x, dx in zip(_adj_times(lb, symmetric_matvec_rows(la, delta, 2)), delta)]
+        else:
+            log_det, inv = logdet_and_inverse_rows(lam, d)
+            v = symmetric_matvec_rows(la, delta, d)
+            y = symmetric_matvec_rows(inv, v, d)
+            u = [delta[i] - y[i] for i in range(d)]
+            between = jnp.maximum(sum(v[i] * u[i] for i in range(d)), 0.0)
     return ga[0] + gb[0] - 0.5 * (ga[1] + gb[1] + log_det + between), inv, y, u
 
 
@@ -310,10 +380,18 @@ def _row_cotangents(w, ga, gb, inv, y, u, d: int, diagonal: bool):
         pairs = [(j, j) for j in range(d)]
     else:
         pairs = list(zip(*np.triu_indices(d)))
-    w_inv = [w * x for x in inv]
+    mixed = _mixed(d, diagonal)
+    P = _num_entries(d, diagonal)
+    if mixed:
+        # ln|Lambda| comes from the determinant features (_pair_det), not from the entries:
+        # dT/d det_h = -1/(2 det), dT/d vec_a = -vec_b/(2 det) (and symmetrically).
+        w_r = w * inv[3]
+        w_inv = [jnp.zeros_like(w)] * P
+    else:
+        w_inv = [w * x for x in inv]
     sides = []
-    for own, vec, axis, sign in ((ga, u, 2, -1.0), (gb, y, 1, 1.0)):
-        lam_own = [jnp.squeeze(x, axis) for x in own[3 + d :]]
+    for own, other, vec, axis, sign in ((ga, gb, u, 2, -1.0), (gb, ga, y, 1, 1.0)):
+        lam_own = [jnp.squeeze(x, axis) for x in own[3 + d : 3 + d + P]]
         w_vec = [w * x for x in vec]
         total = _sum_slices(w, axis)
         sum_vec = [_sum_slices(x, axis) for x in w_vec]
@@ -323,7 +401,10 @@ def _row_cotangents(w, ga, gb, inv, y, u, d: int, diagonal: bool):
             mean = [sign * x for x in symmetric_matvec_rows(lam_own, sum_vec, d)]
         scale = [-0.5 if i == j else -1.0 for i, j in pairs]
         prec = [f * _sum_slices(w_inv[k] + w_vec[i] * vec[j], axis) for k, (f, (i, j)) in enumerate(zip(scale, pairs))]
-        sides.append([total, -0.5 * total, jnp.zeros_like(total)] + mean + prec)
+        extra = []
+        if mixed:
+            extra = [-0.5 * _sum_slices(w_r, axis)] + [-0.5 * _sum_slices(w_r * x, axis) for x in other[9:]]
+        sides.append([total, -0.5 * total, jnp.zeros_like(total)] + mean + prec + extra)
     return sides
 
 
@@ -370,7 +451,7 @@ def _pair_lse(sched: PairSchedule, n_min: int, d: int, diagonal: bool, k_max: in
     gradient 4.2-7.3x the forward time at ``K = 16``, order 6, against 2.9-4.0x now.)
     Memory: ``J`` is ``k_max`` times the half table, plus one block.
     """
-    n_feat = 3 + d + (d if diagonal else d * (d + 1) // 2)
+    n_feat = 3 + d + _num_entries(d, diagonal) + ((1 + sched.K_a) if _mixed(d, diagonal) else 0)
     num_rows = sched.rows_a + sched.rows_b
     ts, tl, per_block = sched.tile_short, sched.tile_long, sched.tiles_per_block
     # ln binom(n, s) per cell: with the halves' own multinomials, ln(n! / prod m_i!) of a pair,
@@ -602,6 +683,17 @@ def log_moments(
 
     locs, scale_tril, scale, log_jac = _whiten(locs, scale_tril, scale)
     prec, h, log_det_cov = information_form(locs, scale_tril, scale)
+    mixed = _mixed(d, diagonal)
+    if not diagonal:
+        # L_i^-1: the within-half spread as |L_i^-1 (mu_i - mbar)|^2, a sum of squares (the
+        # quadratic form dev^T Lambda_i dev of the entries loses cond(Lambda_i) eps).
+        l_inv = tril_inverse(scale_tril)
+    if mixed:
+        # Mixed discriminants D_ij = ||L_j^-1 L_i||_F^2 / |L_i|^2 (_pair_det), symmetrised.
+        det_l = scale_tril[:, 0, 0] * scale_tril[:, 1, 1]
+        fro = jnp.sum(jnp.square(jnp.einsum("jab,ibc->ijac", l_inv, scale_tril)), axis=(-1, -2))
+        mixed_disc = fro / jnp.square(det_l)[:, None]
+        mixed_disc = 0.5 * (mixed_disc + mixed_disc.T)
     half_log_det_prec = -0.5 * log_det_cov
     alpha = logsumexp(log_weights + half_log_det_prec)
     log_a = alpha - 0.5 * d * LOG_2PI - log_jac
@@ -628,7 +720,13 @@ def log_moments(
         # ln(t! / prod m_i!) within the half (t its total): exactly 0 for a pure row.
         counts = table.astype(jnp.int32)
         s = r[lo:hi] @ m + (log_fact[jnp.sum(counts, axis=0)] - jnp.sum(log_fact[counts], axis=0))
-        return m, s, nonempty, h[lo:hi].T @ m, lam_rows[:, lo:hi] @ m
+        out = (m, s, nonempty, h[lo:hi].T @ m, lam_rows[:, lo:hi] @ m)
+        if mixed:
+            # |Lambda_h| = 1/2 m^T D_hh m and the cross-term vector (_pair_det)
+            det_h = 0.5 * jnp.sum(m * (mixed_disc[lo:hi, lo:hi] @ m), axis=0)
+            vec = m if lo == 0 else mixed_disc[:K_a, lo:hi] @ m
+            out = out + (det_h, vec)
+        return out
 
     def half_means(halves):
         """``mubar = Lambda^-1 eta`` of every half composition of both halves, in one solve
@@ -638,6 +736,22 @@ def log_moments(
         nonempty = jnp.concatenate([x[2] for x in halves])
         if diagonal:
             mbar = eta / jnp.where(nonempty, lam, 1.0)
+        elif mixed:
+            # mbar = mu_h + adj(Lambda) g / |Lambda| around the count-weighted mean mu_h of the
+            # half's means, g = sum_i m_i Lambda_i (mu_i - mu_h), with the accurate determinant:
+            # exact for a pure half, and the error scales with the spread of the half's means
+            # (adj(Lambda) eta / |Lambda| lost eps cond(Lambda) |mu| to cancellation).
+            parts = []
+            for x, (lo, hi) in zip(halves, ((0, K_a), (K_a, K))):
+                m = x[0]
+                tot = jnp.maximum(jnp.sum(m, axis=0), 1.0)
+                mu_h = (locs[lo:hi].T @ m) / tot  # (2, C)
+                dev = [locs[lo:hi, j][:, None] - mu_h[j][None, :] for j in range(2)]  # (k, C)
+                g = [jnp.sum(m * sum(prec[lo:hi, p_, q][:, None] * dev[q] for q in range(2)), axis=0) for p_ in range(2)]
+                det = jnp.where(x[2], x[5], 1.0)
+                adj_g = _adj_times([x[4][0], x[4][1], x[4][2]], g)
+                parts.append(jnp.stack([mu_h[j] + adj_g[j] / det for j in range(2)]))
+            mbar = jnp.concatenate(parts, axis=1)
         else:
             # Empty compositions (total 0) get Lambda = I, then mbar = 0.
             mbar = solve_rows(eta, jnp.where(nonempty, lam, jnp.asarray(eye_rows, dtype)[:, None]), d)
@@ -657,7 +771,7 @@ def log_moments(
         around its own mean, computed elementwise over ``(k, C)``) and the pair adds the
         between-halves term (below).
         """
-        m, s, nonempty, _, lam = sums
+        m, s, nonempty, _, lam = sums[:5]
         if diagonal:
             within = _diag_spread(m, locs[lo:hi], prec[lo:hi], mbar)
         else:
@@ -667,16 +781,17 @@ def log_moments(
             dev = [locs[lo:hi, i][:, None] - mbar_rows[i] for i in range(d)]
             if d > UNROLL_MAX_DIM:
                 # One contraction: the elementwise form below compiled 1-2 s slower at d = 8.
-                q = jnp.einsum("dkc,kde,ekc->kc", jnp.stack(dev), prec[lo:hi], jnp.stack(dev))
+                q = jnp.sum(jnp.square(jnp.einsum("kij,jkc->ikc", l_inv[lo:hi], jnp.stack(dev))), axis=0)
             else:
                 q = 0.0
                 for i in range(d):
-                    inner = prec[lo:hi, i, i][:, None] * dev[i]
-                    for j in range(i + 1, d):
-                        inner = inner + 2.0 * prec[lo:hi, i, j][:, None] * dev[j]
-                    q = q + dev[i] * inner
+                    z = sum(l_inv[lo:hi, i, j][:, None] * dev[j] for j in range(i + 1))
+                    q = q + z * z
             within = jnp.sum(m * q, axis=0)
-        stats = jnp.concatenate([s[None], within[None], nonempty[None].astype(dtype), mbar, lam], axis=0)
+        rows = [s[None], within[None], nonempty[None].astype(dtype), mbar, lam]
+        if mixed:
+            rows += [sums[5][None], sums[6]]
+        stats = jnp.concatenate(rows, axis=0)
         # (C, F): rows are gathered whole (a row gather measured ~20x faster than a
         # column gather of the (F, C) layout).
         return stats.T
