@@ -143,6 +143,21 @@ def _one_covariance(covariance_matrix, scale_tril, precision_matrix, scale, cov_
     return name, value
 
 
+# The conversions run as one compiled program per shape (called eagerly, the unrolled
+# factorisations would dispatch, and compile, each of their operations on its own); inside an
+# outer jit, grad or vmap they are ordinary nested jits.
+_tril_of_covariance = jax.jit(cholesky)
+
+
+@jax.jit
+def _tril_of_precision(precision: Array) -> Array:
+    """Lower Cholesky factor of ``P^-1``: ``P = U U^T`` with ``U`` upper (the flipped
+    Cholesky factor); ``Sigma = U^-T U^-1``, so its lower Cholesky factor is ``U^-T`` (as
+    ``numpyro.distributions.util.cholesky_of_inverse``)."""
+    u_t = jnp.swapaxes(cholesky(precision[..., ::-1, ::-1])[..., ::-1, ::-1], -2, -1)
+    return tril_inverse(u_t)
+
+
 class _ArgConstraints(dict):
     """``arg_constraints`` of :class:`GaussianMixture`: on the class, the constraint of every
     constructor argument; on an instance, those of the parameters it holds (``loc``,
@@ -320,12 +335,9 @@ class GaussianMixture(MixtureSameFamily):
             # LAPACK-free factorisations (see numpyro_gmm._kernels.gaussian.cholesky): inside
             # a jitted model or guide a LAPACK call here could run concurrently with others.
             if cov_name == "covariance_matrix":
-                tril = cholesky(cov_value)
+                tril = _tril_of_covariance(cov_value)
             elif cov_name == "precision_matrix":
-                # P = U U^T with U upper (the flipped Cholesky factor); Sigma = U^-T U^-1, so
-                # its lower Cholesky factor is U^-T (as numpyro.distributions.util.cholesky_of_inverse).
-                u_t = jnp.swapaxes(cholesky(cov_value[..., ::-1, ::-1])[..., ::-1, ::-1], -2, -1)
-                tril = tril_inverse(u_t)
+                tril = _tril_of_precision(cov_value)
             else:
                 tril = jnp.tril(cov_value)
             tril = jnp.broadcast_to(tril, batch_shape + (K, d, d))
