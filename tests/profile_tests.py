@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     args, pytest_args = parser.parse_known_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PROFILE_TESTS_OUT=str(Path(tmp) / "rows"), PYTHONPATH=str(HERE.parent))
-        cmd = [sys.executable, "-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile", "--run-slow",
+        cmd = [sys.executable, "-m", "pytest", "-q", "-n", "auto", "--dist", "worksteal", "--run-slow",
                "-p", "tests.profile_tests", *pytest_args]
         rc = subprocess.run(cmd, env=env, cwd=HERE.parent).returncode
         rows = [r for f in Path(tmp).glob("rows.*") for r in json.loads(f.read_text())]
