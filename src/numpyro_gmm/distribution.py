@@ -40,7 +40,7 @@ from .entropy import (
     mixture_entropy,
 )
 from ._kernels import lowrank as _lowrank
-from ._kernels.gaussian import cholesky, tril_inverse
+from ._kernels.gaussian import cholesky, tril_inverse, tril_log_prob
 from ._validation import check_int, float_dtype
 
 __all__ = ["GaussianMixture"]
@@ -341,7 +341,7 @@ class GaussianMixture(MixtureSameFamily):
             else:
                 tril = jnp.tril(cov_value)
             tril = jnp.broadcast_to(tril, batch_shape + (K, d, d))
-            component = MultivariateNormal(loc, scale_tril=tril, validate_args=False)
+            component = _TrilNormal(loc, scale_tril=tril, validate_args=False)
 
         self._entropy_method = entropy_method
         self._entropy_order = entropy_order
@@ -770,6 +770,23 @@ def _promote_batch_shape_gaussian_mixture(dist: GaussianMixture):
         )
     )
     return new
+
+
+class _TrilNormal(MultivariateNormal):
+    """NumPyro's ``MultivariateNormal`` (given ``scale_tril``) whose ``log_prob`` and
+    ``precision_matrix`` make no LAPACK call (NumPyro's use ``solve_triangular`` /
+    ``cho_solve``; a LAPACK call inside a jitted model or guide can deadlock, see
+    :mod:`numpyro_gmm._kernels.gaussian`): :func:`~numpyro_gmm._kernels.gaussian.tril_log_prob`
+    and ``L^-T L^-1`` from the LAPACK-free triangular inverse."""
+
+    @validate_sample
+    def log_prob(self, value):
+        return tril_log_prob(value, self.loc, self.scale_tril)
+
+    @lazy_property
+    def precision_matrix(self):
+        w = tril_inverse(self.scale_tril)
+        return jnp.swapaxes(w, -1, -2) @ w
 
 
 class _LowRankNormal(LowRankMultivariateNormal):

@@ -155,6 +155,18 @@ def tril_solve(chol: Array, b: Array) -> Array:
     return jnp.einsum("...ij,...j->...i", tril_inverse(chol), b)
 
 
+def tril_log_prob(x: Array, loc: Array, chol: Array) -> Array:
+    """``ln N(x; loc, L L^T) = -|L^-1 (x - loc)|^2 / 2 - sum_j ln|L_jj| - d ln(2 pi) / 2`` without
+    LAPACK: ``L^-1`` comes from :func:`tril_inverse` once per factor and multiplies the
+    differences (``x (..., d)`` broadcasts against ``loc (..., d)``, ``chol (..., d, d)``).
+    The same value as NumPyro's ``MultivariateNormal.log_prob`` (which solves with LAPACK's
+    ``trsm``); the inverse's rounding is that of forward substitution, since row ``i`` of
+    ``L^-1`` is computed by substitution."""
+    z = jnp.matmul(tril_inverse(chol), (x - loc)[..., None])[..., 0]
+    half_log_det = jnp.sum(jnp.log(jnp.abs(jnp.diagonal(chol, axis1=-2, axis2=-1))), -1)
+    return -0.5 * jnp.sum(z * z, -1) - half_log_det - 0.5 * chol.shape[-1] * LOG_2PI
+
+
 def information_form(locs: Array, scale_tril: Array | None, scale: Array | None):
     """Precision, precision-times-mean and log-determinant of each component.
 
