@@ -158,6 +158,17 @@ def _tril_of_precision(precision: Array) -> Array:
     return tril_inverse(u_t)
 
 
+# One program per shape, also when called eagerly (the triangular inverse is a loop).
+_tril_log_prob = jax.jit(tril_log_prob)
+
+
+@jax.jit
+def _precision_of_tril(tril: Array) -> Array:
+    """``Sigma^-1 = L^-T L^-1`` from the LAPACK-free triangular inverse."""
+    w = tril_inverse(tril)
+    return jnp.swapaxes(w, -1, -2) @ w
+
+
 class _ArgConstraints(dict):
     """``arg_constraints`` of :class:`GaussianMixture`: on the class, the constraint of every
     constructor argument; on an instance, those of the parameters it holds (``loc``,
@@ -781,12 +792,11 @@ class _TrilNormal(MultivariateNormal):
 
     @validate_sample
     def log_prob(self, value):
-        return tril_log_prob(value, self.loc, self.scale_tril)
+        return _tril_log_prob(value, self.loc, self.scale_tril)
 
     @lazy_property
     def precision_matrix(self):
-        w = tril_inverse(self.scale_tril)
-        return jnp.swapaxes(w, -1, -2) @ w
+        return _precision_of_tril(self.scale_tril)
 
 
 class _LowRankNormal(LowRankMultivariateNormal):
