@@ -561,20 +561,33 @@ def auto_entropy(
 MAX_BOUNDS_BYTES = 1 << 33
 
 
-def _check_bounds_cost(name: str, K: int, d: int, itemsize: int, pairwise: bool = True) -> None:
+def _bounds_bytes(K: int, d: int, itemsize: int, diagonal: bool, pairwise: bool = True) -> int:
+    """Estimated peak memory (bytes) of the closed-form bounds. Full covariances: the pairwise
+    bounds work on ``K^2`` dense ``d x d`` matrices (measured 1.24 GB peak for
+    :func:`entropy_bounds` at ``K = 64``, ``d = 100``, float32), estimated as ``8 K^2 d^2``
+    floats; the moment-matched bound on ``K`` of them (``4 K d^2``). Diagonal covariances: one
+    block of rows at a time (``8 rows K d`` floats, see
+    :func:`numpyro_gmm._kernels.bounds.diagonal_rows_per_block`) plus the ``K x K`` results;
+    the moment-matched bound ``4 K d + 4 min(K, d)^2``."""
+    if diagonal:
+        rows = _bounds.diagonal_rows_per_block(K, d)
+        floats = 8 * rows * K * d + 8 * K * K if pairwise else 4 * K * d + 4 * min(K, d) ** 2
+    else:
+        floats = 8 * K * K * d * d if pairwise else 4 * K * d * d
+    return itemsize * floats
+
+
+def _check_bounds_cost(name: str, K: int, d: int, itemsize: int, diagonal: bool, pairwise: bool = True) -> None:
     """``ValueError`` before allocating when a closed-form bound would need more than
-    :data:`MAX_BOUNDS_BYTES`. The pairwise bounds work on ``K^2`` dense ``d x d`` matrices (a
-    diagonal covariance is expanded): measured 1.24 GB peak for :func:`entropy_bounds` at
-    ``K = 64``, ``d = 100`` (float32), estimated as ``8 K^2 d^2`` floats; the moment-matched
-    bound on ``K`` of them (``4 K d^2``)."""
-    nbytes = itemsize * (8 * K * K * d * d if pairwise else 4 * K * d * d)
+    :data:`MAX_BOUNDS_BYTES` (estimated by ``_bounds_bytes``)."""
+    nbytes = _bounds_bytes(K, d, itemsize, diagonal, pairwise)
     if nbytes > MAX_BOUNDS_BYTES:
+        what = "K^2 = " + str(K * K) + " pairs of" if pairwise else "K"
         raise ValueError(
-            f"{name} with K={K} components in d={d} dimensions works on "
-            f"{'K^2 = ' + str(K * K) + ' pairs of' if pairwise else 'K'} dense d x d matrices "
-            f"(a diagonal covariance is expanded): about {nbytes / 2**30:.3g} GiB, beyond the "
-            f"limit of {MAX_BOUNDS_BYTES / 2**30:.3g} GiB. Use fewer components, or "
-            "method='auto' (diagonal cost O(K^2 M d)) or huber_upper_bound (O(K d))."
+            f"{name} with K={K} components in d={d} dimensions works on {what} dense d x d "
+            f"matrices: about {nbytes / 2**30:.3g} GiB, beyond the limit of "
+            f"{MAX_BOUNDS_BYTES / 2**30:.3g} GiB. Use fewer components, diagonal covariances "
+            "(O(K^2 d) memory-bounded), or method='auto' or huber_upper_bound (O(K d))."
         )
 
 
@@ -582,7 +595,7 @@ def _closed_form(kernel, pairwise=True):
     def fn(logits, locs, scale_tril=None, *, scale=None):
         K, d, dtype = _check(logits, locs, scale_tril, scale)
         if kernel is not _bounds.huber_upper:
-            _check_bounds_cost(kernel.__name__, K, d, jnp.dtype(dtype).itemsize, pairwise)
+            _check_bounds_cost(kernel.__name__, K, d, jnp.dtype(dtype).itemsize, scale is not None, pairwise)
         return _run(_rescaled_body, logits, locs, scale_tril, scale, dtype, kernel=kernel)
 
     return fn
@@ -727,15 +740,18 @@ def entropy_bounds(
       results are widened outwards by ``16 eps (1 + |upper|)`` to cover rounding, and
       ``lower <= upper`` always holds (``lower`` is capped at ``upper``, whose main term
       ``huber_upper`` is a closed form without solves).
-    * Memory: ``K^2`` dense ``d x d`` matrices; beyond :data:`MAX_BOUNDS_BYTES` of estimated
-      memory (``8 K^2 d^2`` floats: e.g. ``K = 128``, ``d = 100`` in float32 fits, ``K = 512``,
-      ``d = 1000`` does not) a ``ValueError`` is raised before anything is allocated.
+    * Memory: with full covariances ``K^2`` dense ``d x d`` matrices; beyond
+      :data:`MAX_BOUNDS_BYTES` of estimated memory (``8 K^2 d^2`` floats;
+      e.g. ``K = 128``, ``d = 100`` in float32 fits, ``K = 512``, ``d = 1000`` does not) a
+      ``ValueError`` is raised before anything is allocated. Diagonal covariances never form a
+      ``d x d`` matrix: ``O(K^2 d)`` operations in blocks of rows, memory bounded for any
+      ``K`` and ``d`` (value and gradient).
 
     Unbatched; use ``jax.vmap`` for a batch. NaN (both) when a parameter is not finite.
     """
     K, d, dtype = _check(logits, locs, scale_tril, scale)
     order = check_int("order", order, 1)
-    _check_bounds_cost("entropy_bounds", K, d, jnp.dtype(dtype).itemsize)
+    _check_bounds_cost("entropy_bounds", K, d, jnp.dtype(dtype).itemsize, scale is not None)
     taylor_order = _check_taylor_order(order, dtype) if d <= TAYLOR_BOUND_MAX_DIM else 0
     if taylor_order:
         comps, _ = moment_cost(K, d, taylor_order, scale is not None, jnp.dtype(dtype).itemsize)

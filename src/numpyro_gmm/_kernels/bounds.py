@@ -19,15 +19,21 @@ for Gaussian mixture random vectors*, MFI 2008. A. Kolchinsky, B. Tracey, *Estim
 mixture entropy with pairwise distances*, Entropy 19(7), 2017.
 
 Every function takes normalised ``log_weights (K,)``, ``locs (K, d)`` and exactly one of
-``scale_tril (K, d, d)`` / ``scale (K, d)``; all work on ``K x K`` pairs of ``d x d``
-matrices (dense; a diagonal covariance is expanded), which is cheap next to the power
-moments.
+``scale_tril (K, d, d)`` / ``scale (K, d)``. With full covariances the pairwise bounds work
+on ``K x K`` pairs of dense ``d x d`` matrices, which is cheap next to the power moments.
+With diagonal covariances (``scale``) every pairwise quantity is a sum over coordinates,
+computed for one block of rows ``i`` at a time (:func:`_diagonal_rows`): ``O(K^2 d)``
+operations and at most :data:`DIAGONAL_ROW_ELEMENTS` temporaries, never a ``d x d``
+matrix; the moment-matched covariance ``diag(a) + U^T U`` (``U`` of rank ``K``) takes its
+determinant from the ``min(K, d)``-sized side (the matrix determinant lemma).
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.nn import logsumexp
@@ -93,6 +99,32 @@ def rescaled(locs: Array, scale_tril: Array | None, scale: Array | None):
     return locs, scale_tril, scale, d * log_c
 
 
+#: Elements of the ``(rows, K, d)`` temporaries of one block of :func:`_diagonal_rows`.
+DIAGONAL_ROW_ELEMENTS = 1 << 22
+
+
+def diagonal_rows_per_block(K: int, d: int) -> int:
+    """Rows ``i`` per block of :func:`_diagonal_rows` (all ``K`` when they fit)."""
+    return max(1, min(K, DIAGONAL_ROW_ELEMENTS // max(1, K * d)))
+
+
+def _diagonal_rows(row, locs: Array, var: Array) -> Array:
+    """``stack_i row(mu_i, v_i, locs, var)`` for diagonal variances ``var (K, d)``; ``row``
+    returns ``(K,)`` (or a tuple of them) from ``(K, d)`` temporaries. Blocks of rows run
+    one after another (``lax.map``), each recomputed in the backward pass
+    (``jax.checkpoint``), so that neither the value nor the gradient holds ``K^2 d``
+    numbers."""
+    K, d = locs.shape
+    fn = jax.checkpoint(lambda a: row(a[0], a[1], locs, var))
+    return lax.map(fn, (locs, var), batch_size=diagonal_rows_per_block(K, d))
+
+
+def _row_sum_log_quad(mu_i, v_i, locs, var, c):
+    """``(sum_l ln s_l, sum_l (mu_il - mu_jl)^2 / s_l)`` over ``j``, ``s = c (v_i + v_j)``."""
+    s = c * (v_i + var)
+    return jnp.sum(jnp.log(s), -1), jnp.sum(jnp.square(mu_i - locs) / s, -1)
+
+
 def _pairs(locs: Array, cov: Array):
     diff = locs[:, None, :] - locs[None, :, :]  # (K, K, d): mu_i - mu_j
     return diff, cov[:, None] + cov[None, :]  # Sigma_i + Sigma_j
@@ -106,8 +138,11 @@ def _centre(locs: Array) -> Array:
 def huber_lower(log_weights, locs, scale_tril, scale) -> Array:
     """``-sum_i w_i ln sum_j w_j N(mu_i; mu_j, Sigma_i + Sigma_j)`` (a lower bound)."""
     d = locs.shape[-1]
-    diff, cov_sum = _pairs(_centre(locs), covariances(scale_tril, scale))
-    log_det, quad = _logdet_quad(cov_sum, diff)
+    if scale is not None:
+        log_det, quad = _diagonal_rows(partial(_row_sum_log_quad, c=1.0), _centre(locs), jnp.square(scale))
+    else:
+        diff, cov_sum = _pairs(_centre(locs), covariances(scale_tril, scale))
+        log_det, quad = _logdet_quad(cov_sum, diff)
     log_n = -0.5 * (d * LOG_2PI + log_det + quad)  # (K, K)
     inner = logsumexp(log_weights[None, :] + log_n, axis=1)
     return -jnp.sum(jnp.exp(log_weights) * inner)
@@ -133,8 +168,11 @@ def bhattacharyya_distances(locs, scale_tril, scale) -> Array:
     """``D_B(p_i, p_j) = 1/8 dmu^T S^-1 dmu + 1/2 ln(|S| / sqrt(|Sigma_i||Sigma_j|))``,
     ``S = (Sigma_i + Sigma_j) / 2``; shape ``(K, K)``."""
     d = locs.shape[-1]
-    diff, cov_sum = _pairs(_centre(locs), covariances(scale_tril, scale))
-    log_det, quad = _logdet_quad(0.5 * cov_sum, diff)
+    if scale is not None:
+        log_det, quad = _diagonal_rows(partial(_row_sum_log_quad, c=0.5), _centre(locs), jnp.square(scale))
+    else:
+        diff, cov_sum = _pairs(_centre(locs), covariances(scale_tril, scale))
+        log_det, quad = _logdet_quad(0.5 * cov_sum, diff)
     ld = 2.0 * (component_entropies(scale_tril, scale, d) - 0.5 * d * (LOG_2PI + 1.0))  # ln|Sigma_i|
     return 0.125 * quad + 0.5 * log_det - 0.25 * (ld[:, None] + ld[None, :])
 
@@ -143,13 +181,18 @@ def kl_divergences(locs, scale_tril, scale) -> Array:
     """``KL(p_i || p_j) = 1/2 [tr(Sigma_j^-1 Sigma_i) + dmu^T Sigma_j^-1 dmu - d + ln|Sigma_j|/|Sigma_i|]``."""
     d = locs.shape[-1]
     locs = _centre(locs)
+    ld = 2.0 * (component_entropies(scale_tril, scale, d) - 0.5 * d * (LOG_2PI + 1.0))
+    if scale is not None:  # sum_l (v_il + (mu_il - mu_jl)^2) / v_jl over j, row i
+        trace_quad = _diagonal_rows(
+            lambda mu_i, v_i, m, v: jnp.sum((v_i + jnp.square(mu_i - m)) / v, -1), locs, jnp.square(scale)
+        )
+        return 0.5 * (trace_quad - d + ld[None, :] - ld[:, None])
     tril = dense_tril(scale_tril, scale)
     diff = locs[:, None, :] - locs[None, :, :]  # mu_i - mu_j
     inv = tril_inverse(tril)  # L_j^-1, one per component (not per pair)
     m = jnp.einsum("jab,ibc->ijac", inv, tril)  # L_j^-1 L_i at [i, j]
     trace = jnp.sum(jnp.square(m), axis=(-1, -2))
     z = jnp.einsum("jab,ijb->ija", inv, diff)
-    ld = 2.0 * (component_entropies(scale_tril, scale, d) - 0.5 * d * (LOG_2PI + 1.0))
     return 0.5 * (trace + jnp.sum(jnp.square(z), -1) - d + ld[None, :] - ld[:, None])
 
 
@@ -170,6 +213,20 @@ def moment_matched_upper(log_weights, locs, scale_tril, scale) -> Array:
     locs = _centre(locs)
     mean = w @ locs
     dev = locs - mean
+    if scale is not None:
+        # Sigma_mix = diag(a) + U^T U, a = sum_k w_k s_k^2, U_k = sqrt(w_k) dev_k (exp keeps the
+        # derivative finite at w_k = 0); ln|Sigma_mix| = sum ln a + ln|I_K + U diag(a)^-1 U^T|.
+        a = w @ jnp.square(scale)
+        u = jnp.exp(0.5 * log_weights)[:, None] * dev
+        K = locs.shape[0]
+        if d <= K:
+            small = jnp.diag(a) + u.T @ u
+            log_a = 0.0
+        else:
+            small = jnp.eye(K, dtype=a.dtype) + (u / a) @ u.T
+            log_a = jnp.sum(jnp.log(a))
+        small = 0.5 * (small + small.T)
+        return 0.5 * (d * (LOG_2PI + 1.0) + log_a + 2.0 * jnp.sum(jnp.log(jnp.diagonal(cholesky(small)))))
     cov = jnp.einsum("k,kij->ij", w, covariances(scale_tril, scale)) + jnp.einsum("k,ki,kj->ij", w, dev, dev)
     cov = 0.5 * (cov + cov.T)
     log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(cholesky(cov))))
