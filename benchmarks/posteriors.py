@@ -152,10 +152,13 @@ def problem_four_modes():
 
 
 def mixture_loglik_grid(data, mu1, mu2, sigma):
-    """``sum_i log(0.5 N(x_i; mu1, sigma) + 0.5 N(x_i; mu2, sigma))`` on broadcast grids."""
+    """``sum_i log(0.5 N(x_i; mu1, sigma) + 0.5 N(x_i; mu2, sigma))`` on broadcast grids
+    (summed over the distinct values of ``data`` times their counts: exact, and faster for
+    data recorded to a fixed precision)."""
+    values, counts = np.unique(np.asarray(data), return_counts=True)
     out = 0.0
-    for xi in data:
-        out = out + np.logaddexp(stats.norm.logpdf(xi, mu1, sigma), stats.norm.logpdf(xi, mu2, sigma)) - math.log(2)
+    for xi, c in zip(values, counts):
+        out = out + c * (np.logaddexp(stats.norm.logpdf(xi, mu1, sigma), stats.norm.logpdf(xi, mu2, sigma)) - math.log(2))
     return out
 
 
