@@ -138,7 +138,9 @@ class AutoGaussianMixture(AutoContinuous):
     Cost: ``2 * M * init_fit_steps`` evaluations of the model's log density and its
     gradient, once, vectorised over the ``M`` fits (with the defaults and ``K = 2``: 12,800,
     as many as 6,400 / K steps of ``TraceEntropy_ELBO`` with one particle, but in 200
-    vectorised steps: 0.02 s for a scalar model), plus one compilation of the fits, which
+    vectorised steps: 0.02 s for a scalar model), for ``covariance="full"`` ``K`` Hessians
+    of the log density (``K * latent_dim`` gradient evaluations by forward-over-reverse
+    differentiation, and a ``d x d`` Cholesky and inverse each), plus one compilation of the fits, which
     dominates for small models (25 s for a scalar model on a heavily loaded 2-core
     machine, where compiling one ``TraceEntropy_ELBO`` update took 48 s).
     ``init_method="spread"`` is the cheap alternative: all components around the
