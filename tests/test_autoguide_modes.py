@@ -21,7 +21,7 @@ from scipy import integrate, stats
 
 from conftest import X64
 from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
-from numpyro_gmm._kernels.init_fits import choose_separated, fit_diagonal_gaussians
+from numpyro_gmm._kernels.init_fits import choose_separated, fit_diagonal_gaussians, laplace_scale_tril
 
 
 def bimodal_model():
@@ -200,6 +200,7 @@ def test_spread_method_keeps_components_around_init_point():
         ({"init_fit_steps": 0}, "init_fit_steps"),
         ({"init_fit_lr": 0.0}, "init_fit_lr"),
         ({"init_tolerance": -1.0}, "init_tolerance"),
+        ({"weight_step_scale": 0.0}, "weight_step_scale"),
     ],
 )
 def test_bad_init_arguments_raise(kwargs, match):
@@ -240,3 +241,22 @@ def test_choose_separated_picks_farthest_eligible():
     # more choices than eligible fits: the best remaining ones, no repeats
     chosen = np.asarray(choose_separated(locs, scales, scores, 5, tolerance=0.5))
     assert sorted(chosen.tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_laplace_scale_tril_exact_for_gaussian_and_falls_back():
+    """For a Gaussian potential the Laplace covariance is the target's (closed form:
+    chol(Sigma) by NumPy); at a point where the Hessian is not positive definite the
+    factor is diag(fallback scales)."""
+    cov = np.array([[1.0, 0.6, 0.0], [0.6, 2.0, -0.5], [0.0, -0.5, 0.5]])
+    prec = jnp.asarray(np.linalg.inv(cov))
+    mean = jnp.array([0.3, -1.0, 2.0])
+    gaussian = lambda z: 0.5 * (z - mean) @ prec @ (z - mean)  # noqa: E731
+    locs = jnp.array([[0.0, 0.0, 0.0], [1.0, 2.0, -1.0]])  # exact anywhere: the Hessian is constant
+    tril = np.asarray(jax.jit(lambda l: laplace_scale_tril(gaussian, l, jnp.ones((2, 3))))(locs))
+    tol = 1e-10 if X64 else 1e-5
+    for k in range(2):
+        np.testing.assert_allclose(tril[k], np.linalg.cholesky(cov), atol=tol)
+    # double well U(a) = (a^2 - 1)^2: U'' = 12 a^2 - 4 < 0 at a = 0 (fallback), 8 at a = 1
+    well = lambda z: (z[0] ** 2 - 1.0) ** 2  # noqa: E731
+    tril = np.asarray(laplace_scale_tril(well, jnp.array([[0.0], [1.0]]), jnp.array([[0.7], [0.7]])))
+    np.testing.assert_allclose(tril[:, 0, 0], [0.7, 1 / np.sqrt(8.0)], rtol=1e-5)

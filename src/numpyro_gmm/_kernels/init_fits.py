@@ -131,3 +131,36 @@ def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int,
     member = eligible[:, None] & (cluster[:, None] == jnp.arange(num_chosen)[None])  # (M, K)
     best_member = jnp.argmax(jnp.where(member, scores[:, None], -jnp.inf), axis=0)
     return jnp.where(jnp.any(member, axis=0), best_member, chosen)
+
+
+def laplace_scale_tril(potential_fn, locs: Array, scales: Array) -> Array:
+    r"""``(K, d, d)`` lower Cholesky factors of the Laplace covariances at ``locs``.
+
+    For each ``m_k`` (a fit's mean, near a mode of the posterior), the Laplace
+    approximation (e.g. Bishop, *Pattern recognition and machine learning*, 2006, sec. 4.4)
+    has covariance :math:`\Sigma_k = H_k^{-1}`, :math:`H_k = \nabla^2 U(m_k)` (``U`` the
+    potential). It is exact for a Gaussian posterior and, unlike the diagonal fit's
+    standard deviations :math:`s_k` (which are the *conditional* ones,
+    :math:`1 / \sqrt{H_{k,ii}}` for a Gaussian target), has the correlations and the
+    marginal variances. ``H_k`` is formed by forward-over-reverse differentiation
+    (``d`` Hessian-vector products, i.e. ``O(d)`` gradient evaluations of ``U``), then
+    :math:`L_k = \operatorname{chol}(H_k^{-1})`. Where ``H_k`` is not positive definite
+    or anything is not finite (``m_k`` not at a mode, a flat or improper direction), the
+    fallback is :math:`\operatorname{diag}(s_k)`.
+
+    :param potential_fn: ``(d,) -> ()``.
+    :param locs: ``(K, d)``; :param scales: ``(K, d)`` fallback standard deviations.
+    """
+    d = locs.shape[-1]
+    eye = jnp.eye(d, dtype=locs.dtype)
+
+    def one(loc, scale):
+        hess = jax.hessian(potential_fn)(loc)
+        hess = 0.5 * (hess + hess.T)
+        chol_h = jnp.linalg.cholesky(hess)
+        cov = jax.scipy.linalg.cho_solve((chol_h, True), eye)
+        tril = jnp.linalg.cholesky(0.5 * (cov + cov.T))
+        ok = jnp.all(jnp.isfinite(tril)) & jnp.all(jnp.diagonal(tril) > 0)
+        return jnp.where(ok, tril, scale[:, None] * eye)
+
+    return jax.vmap(one)(locs, scales)
