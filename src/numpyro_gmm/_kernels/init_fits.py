@@ -46,6 +46,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax, random
 
+from .gaussian import cholesky, tril_inverse
+
 Array = jnp.ndarray
 
 
@@ -157,9 +159,11 @@ def laplace_scale_tril(potential_fn, locs: Array, scales: Array) -> Array:
     def one(loc, scale):
         hess = jax.hessian(potential_fn)(loc)
         hess = 0.5 * (hess + hess.T)
-        chol_h = jnp.linalg.cholesky(hess)
-        cov = jax.scipy.linalg.cho_solve((chol_h, True), eye)
-        tril = jnp.linalg.cholesky(0.5 * (cov + cov.T))
+        # the package's LAPACK-free factorisations (a batched LAPACK call can deadlock on
+        # 2 cores, see numpyro_gmm._kernels.gaussian); NaN where H is not positive definite
+        w = tril_inverse(cholesky(hess))
+        cov = w.T @ w  # H^-1 = L^-T L^-1
+        tril = cholesky(0.5 * (cov + cov.T))
         ok = jnp.all(jnp.isfinite(tril)) & jnp.all(jnp.diagonal(tril) > 0)
         return jnp.where(ok, tril, scale[:, None] * eye)
 
