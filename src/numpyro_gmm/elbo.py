@@ -21,6 +21,11 @@ __all__ = ["TraceEntropy_ELBO"]
 #: Entropy estimators whose points :class:`TraceEntropy_ELBO` shifts randomly per step.
 RANDOMIZABLE_METHODS = ("auto", "mixing_qmc")
 
+#: Points per component of the randomised entropy rule inside :class:`TraceEntropy_ELBO`
+#: (``num_entropy_points``; benchmarks/svi_entropy_points.py). The deterministic
+#: ``GaussianMixture.entropy()`` keeps ``DEFAULT_NUM_POINTS = 1024``.
+DEFAULT_NUM_ENTROPY_POINTS = 16
+
 
 def _wraps_gaussian_mixture(fn) -> bool:
     """Whether ``fn`` is a GaussianMixture, possibly expanded, masked or made independent."""
@@ -195,11 +200,16 @@ class TraceEntropy_ELBO(ELBO):
         vectorize_particles=True,
         entropy_options: dict | None = None,
         randomize_entropy: bool = True,
+        num_entropy_points: int = DEFAULT_NUM_ENTROPY_POINTS,
     ):
         num_particles = check_int("num_particles", num_particles, 1)
         if not isinstance(randomize_entropy, bool):
             raise ValueError(f"randomize_entropy must be a bool, got {randomize_entropy!r}")
         self.randomize_entropy = randomize_entropy
+        num_entropy_points = check_int("num_entropy_points", num_entropy_points, 1)
+        if num_entropy_points & (num_entropy_points - 1):
+            raise ValueError(f"num_entropy_points must be a power of 2 (an int >= 1), got {num_entropy_points}")
+        self.num_entropy_points = num_entropy_points
         if entropy_options is None:
             entropy_options = {}
         if not isinstance(entropy_options, dict):
@@ -254,6 +264,7 @@ class TraceEntropy_ELBO(ELBO):
             method = options.get("method") or mixture.entropy_method
             if self.randomize_entropy and "key" not in options and method in RANDOMIZABLE_METHODS:
                 options["key"] = random.fold_in(key, 1)
+                options.setdefault("num_points", self.num_entropy_points)
             entropy = mixture.entropy(**options)
             entropy = jnp.sum(scale_and_mask(entropy, site["scale"]))
             return jnp.sum(weights * per_component) + entropy
