@@ -295,6 +295,7 @@ def part_converge(a, dtype):
         ("bimodal a~N(0,3), y~N(a^2,0.5), y=4, K=2", bimodal_model, (jnp.asarray(4.0, dtype),),
          dict(num_components=2), _log_evidence_bimodal()),
     ]
+    cases = [c for c, key in zip(cases, ("gaussian", "bimodal")) if key in a.models.split(",")]
     lines = [f"**Convergence vs M** (`--part converge`; KL(q||p) = ln p(y) - ELBO after {a.train_steps} Adam "
              f"steps, lr 0.01, one particle; {a.seeds} seeds (keys 0..{a.seeds - 1}, init_method='fits'); final "
              "ELBO from 4096 particles with the deterministic 1024-point entropy; mean and range over seeds).", "",
@@ -329,6 +330,7 @@ def main(argv=None):
     ap.add_argument("--variant-dims", default="10", help="noise part: d where mc and rqmc-anti are also run")
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--train-steps", type=int, default=2000)
+    ap.add_argument("--models", default="gaussian,bimodal", help="converge part: comma-separated gaussian, bimodal")
     a = ap.parse_args(argv)
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
     lines = [f"`python benchmarks/svi_entropy_points.py {' '.join(sys.argv[1:] if argv is None else argv)}` "
