@@ -245,7 +245,7 @@ def main(argv=None):
         rows = part_svi(a, dtype)
         lines += [f"**SVI step** (`jax.jit(svi.update)`, {a.steps} steps after the first; model z ~ N(0, I_d), "
                   "y ~ N(z, 1) with one observed vector; Adam; *step*: median wall ms and median CPU ms per "
-                  "step (`time.process_time`; for the mixture rows over {a.steps} more steps timed alternately "
+                  f"step (`time.process_time`; for the mixture rows over {a.steps} more steps timed alternately "
                   "with the entropy). *entropy share*: CPU time of the value and gradient of the "
                   "mixture's entropy alone (randomised rule with the ELBO's M points, a new key per call) over "
                   "the step's CPU time. *vs 4 x low-rank*: the mixture's step CPU time over 4 times that of "
