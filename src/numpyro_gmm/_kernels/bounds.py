@@ -125,6 +125,16 @@ def _row_sum_log_quad(mu_i, v_i, locs, var, c):
     return jnp.sum(jnp.log(s), -1), jnp.sum(jnp.square(mu_i - locs) / s, -1)
 
 
+def _pair_logdet_quad(locs: Array, scale_tril: Array | None, scale: Array | None, c: float):
+    """``(ln|S_ij|, dmu_ij^T S_ij^-1 dmu_ij)`` for ``S_ij = c (Sigma_i + Sigma_j)``, ``(K, K)``
+    each: by rows for diagonal covariances, by dense pairwise solves otherwise."""
+    locs = _centre(locs)
+    if scale is not None:
+        return _diagonal_rows(partial(_row_sum_log_quad, c=c), locs, jnp.square(scale))
+    diff, cov_sum = _pairs(locs, covariances(scale_tril, scale))
+    return _logdet_quad(c * cov_sum, diff)
+
+
 def _pairs(locs: Array, cov: Array):
     diff = locs[:, None, :] - locs[None, :, :]  # (K, K, d): mu_i - mu_j
     return diff, cov[:, None] + cov[None, :]  # Sigma_i + Sigma_j
@@ -138,11 +148,7 @@ def _centre(locs: Array) -> Array:
 def huber_lower(log_weights, locs, scale_tril, scale) -> Array:
     """``-sum_i w_i ln sum_j w_j N(mu_i; mu_j, Sigma_i + Sigma_j)`` (a lower bound)."""
     d = locs.shape[-1]
-    if scale is not None:
-        log_det, quad = _diagonal_rows(partial(_row_sum_log_quad, c=1.0), _centre(locs), jnp.square(scale))
-    else:
-        diff, cov_sum = _pairs(_centre(locs), covariances(scale_tril, scale))
-        log_det, quad = _logdet_quad(cov_sum, diff)
+    log_det, quad = _pair_logdet_quad(locs, scale_tril, scale, 1.0)
     log_n = -0.5 * (d * LOG_2PI + log_det + quad)  # (K, K)
     inner = logsumexp(log_weights[None, :] + log_n, axis=1)
     return -jnp.sum(jnp.exp(log_weights) * inner)
@@ -168,11 +174,7 @@ def bhattacharyya_distances(locs, scale_tril, scale) -> Array:
     """``D_B(p_i, p_j) = 1/8 dmu^T S^-1 dmu + 1/2 ln(|S| / sqrt(|Sigma_i||Sigma_j|))``,
     ``S = (Sigma_i + Sigma_j) / 2``; shape ``(K, K)``."""
     d = locs.shape[-1]
-    if scale is not None:
-        log_det, quad = _diagonal_rows(partial(_row_sum_log_quad, c=0.5), _centre(locs), jnp.square(scale))
-    else:
-        diff, cov_sum = _pairs(_centre(locs), covariances(scale_tril, scale))
-        log_det, quad = _logdet_quad(0.5 * cov_sum, diff)
+    log_det, quad = _pair_logdet_quad(locs, scale_tril, scale, 0.5)
     ld = 2.0 * (component_entropies(scale_tril, scale, d) - 0.5 * d * (LOG_2PI + 1.0))  # ln|Sigma_i|
     return 0.125 * quad + 0.5 * log_det - 0.25 * (ld[:, None] + ld[None, :])
 
