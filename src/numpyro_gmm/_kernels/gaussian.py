@@ -162,7 +162,7 @@ def tril_log_prob(x: Array, loc: Array, chol: Array) -> Array:
     The same value as NumPyro's ``MultivariateNormal.log_prob`` (which solves with LAPACK's
     ``trsm``); the inverse's rounding is that of forward substitution, since row ``i`` of
     ``L^-1`` is computed by substitution."""
-    z = jnp.matmul(tril_inverse(chol), (x - loc)[..., None])[..., 0]
+    z = tril_solve(chol, x - loc)
     half_log_det = jnp.sum(jnp.log(jnp.abs(jnp.diagonal(chol, axis1=-2, axis2=-1))), -1)
     return -0.5 * jnp.sum(z * z, -1) - half_log_det - 0.5 * chol.shape[-1] * LOG_2PI
 
