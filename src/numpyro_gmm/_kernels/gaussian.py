@@ -33,10 +33,12 @@ UNROLL_MAX_DIM = 4
 # time on the same pool. When as many batched LAPACK calls as there are workers start at
 # once (two on a 2-core machine), every worker is blocked waiting for parts that no free
 # worker can run: the program never returns (0% CPU; seen with jaxlib 0.10.2 on ``potrf`` and
-# ``trsm``). The factorisations below are plain XLA operations (a ``fori_loop`` over the
-# columns with matrix-vector products), which the runtime schedules like any other, with
-# closed-form derivatives (custom JVPs) so that autodiff does not introduce LAPACK calls
-# either (JAX differentiates ``cholesky`` and ``triangular_solve`` with more of them).
+# ``trsm``). The factorisations below are plain XLA operations (the Cholesky factor by a
+# ``fori_loop`` over the columns with matrix-vector products, the triangular inverse by
+# recursive doubling over blocks with batched matrix products), which the runtime schedules
+# like any other, with closed-form derivatives (custom JVPs) so that autodiff does not
+# introduce LAPACK calls either (JAX differentiates ``cholesky`` and ``triangular_solve``
+# with more of them).
 
 
 def _unit(j, d: int, dtype):
@@ -97,19 +99,60 @@ def _cholesky_loop(a: Array) -> Array:
     return lax.fori_loop(0, d, step, jnp.zeros_like(a))
 
 
-def _tril_inverse_loop(chol: Array) -> Array:
-    """``W = L^-1`` by forward substitution, row ``i`` per step:
-    ``W[i, :] = (e_i - L[i, :] W) / L[i, i]`` (rows ``>= i`` of ``W`` still zero)."""
+# Base block of the recursive triangular inverse below: at most this many rows, inverted by
+# the static substitution (O(b^2) operations in the graph).
+_BLOCK_MAX_DIM = 8
+
+
+def _diagonal_blocks(a: Array, n: int) -> Array:
+    """``(..., n, s, s)`` diagonal blocks of ``(..., n s, n s)`` matrices."""
+    s = a.shape[-1] // n
+    blocks = a.reshape(a.shape[:-2] + (n, s, n, s))
+    return jnp.moveaxis(jnp.diagonal(blocks, axis1=-4, axis2=-2), -1, -3)
+
+
+def _tril_inverse_blocked(chol: Array) -> Array:
+    r"""``W = L^-1`` by recursive doubling over diagonal blocks:
+
+    .. math::
+
+        \begin{pmatrix} A & 0 \\ C & D \end{pmatrix}^{-1}
+        = \begin{pmatrix} A^{-1} & 0 \\ -D^{-1} C A^{-1} & D^{-1} \end{pmatrix}.
+
+    ``L`` is padded with an identity block to ``n b`` rows, ``n = 2^k`` blocks of ``b <=
+    _BLOCK_MAX_DIM`` rows (the padding's inverse is the identity, so the top-left ``d x d``
+    block of the result is ``L^-1`` exactly). The ``n`` base blocks are inverted at once by
+    substitution (:func:`_tril_inverse_static`), then ``k`` levels each merge pairs of
+    neighbouring blocks with two batched matrix products. ``O(d^3)`` work as batched products
+    and ``O(log d)`` operations in the graph; the row-by-row loop it replaced took ``d``
+    sequential steps: at ``K = 4``, ``d = 100`` (float32, quiet 2-core CPU) 2.2 ms for the value
+    and 2.7 ms with the gradient, against 0.18 ms and 0.30 ms here, at the same or smaller
+    float32 error (measured at condition numbers 10-1e4, d = 20-300).
+    Only the lower triangle is read: the base blocks read their lower triangle and the
+    ``C`` blocks lie below the diagonal.
+    """
     d = chol.shape[-1]
-
-    def step(i, w):
-        e = _unit(i, d, chol.dtype)
-        row_l = jnp.einsum("...ik,i->...k", chol, e)  # L[i, :]
-        diag = jnp.einsum("...k,k->...", row_l, e)
-        row_w = (e - jnp.einsum("...k,...kj->...j", row_l, w)) / diag[..., None]
-        return w + e[:, None] * row_w[..., None, :]
-
-    return lax.fori_loop(0, d, step, jnp.zeros_like(chol))
+    n = 1 << max(0, math.ceil(math.log2(math.ceil(d / _BLOCK_MAX_DIM))))
+    b = math.ceil(d / n)
+    pad = n * b - d
+    batch = chol.shape[:-2]
+    if pad:
+        eye = jnp.broadcast_to(jnp.eye(pad, dtype=chol.dtype), batch + (pad, pad))
+        zeros = jnp.zeros(batch + (d, pad), chol.dtype)
+        chol = jnp.concatenate(
+            [jnp.concatenate([chol, zeros], -1), jnp.concatenate([jnp.swapaxes(zeros, -1, -2), eye], -1)], -2
+        )
+    w = _tril_inverse_static(_diagonal_blocks(chol, n))  # (..., n, b, b)
+    while n > 1:
+        n //= 2
+        s = w.shape[-1]
+        pairs = w.reshape(batch + (n, 2, s, s))
+        a_inv, d_inv = pairs[..., 0, :, :], pairs[..., 1, :, :]
+        c = _diagonal_blocks(chol, n)[..., s:, :s]  # (..., n, s, s): lower-left of each 2s block
+        lower = -(d_inv @ c @ a_inv)
+        top = jnp.concatenate([a_inv, jnp.zeros_like(a_inv)], -1)
+        w = jnp.concatenate([top, jnp.concatenate([lower, d_inv], -1)], -2)
+    return w[..., 0, :d, :d]
 
 
 @jax.custom_jvp
@@ -118,7 +161,7 @@ def tril_inverse(chol: Array) -> Array:
     without LAPACK. Derivative ``dW = -W dL W``."""
     if chol.shape[-1] <= _STATIC_LOOP_MAX_DIM:
         return _tril_inverse_static(chol)
-    return _tril_inverse_loop(jnp.tril(chol))
+    return _tril_inverse_blocked(chol)
 
 
 @tril_inverse.defjvp
