@@ -10,14 +10,16 @@ Configurations whose work ``K^2 M d^2`` (full) exceeds ``--max-flops`` are skipp
 (work ``K^2 M d r``; ``--dims`` may add d = 10000).
 
 Part 2 (``--part svi``): one ``SVI.update`` step (median wall time and CPU time per step over
-``--steps`` steps after the first) on the model
+``--steps`` calls of a program of ``INNER`` steps in a ``lax.scan``, after the first) on the model
 ``z ~ N(0, I_d)``, ``y ~ N(z, 1)`` (100 observations per coordinate... one vector), for
 ``AutoGaussianMixture(K=4)`` + ``TraceEntropy_ELBO`` (full covariances for d <= 100, diagonal
 at every d; ``lowrank``: ``covariance="lowrank", rank=4``) and ``AutoMultivariateNormal`` /
 ``AutoLowRankMultivariateNormal`` (rank 4) +
 ``Trace_ELBO``, side by side in one run; and the share of the mixture's step spent in its
-entropy (value and gradient of the entropy alone with the ELBO's ``num_entropy_points``, same
-parameters, CPU time), with the issue's goals checked per row.
+entropy: one minus the CPU time of the same step compiled with ``GaussianMixture.entropy``
+replaced by zero over the step's, and, for comparison, the CPU time of the entropy's value and
+gradient called alone (the ELBO's ``num_entropy_points``, same parameters) over the step's;
+the issue's goals checked per row.
 
 ``python benchmarks/scale.py [--part entropy|svi|all] [--covs diag,full,lowrank] [--dims ...]
 [--svi-dims ...] [--write]`` writes its tables between ``<!-- scale-PART[-TAG]:begin -->`` /
@@ -35,6 +37,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -136,6 +139,33 @@ def _timed_calls(f, args_of, n):
     return float(np.median(walls)), float(np.median(cpus))
 
 
+def _scanned_steps(update, state, y):
+    """A compiled program of ``INNER`` consecutive ``update`` steps (``lax.scan``, as
+    ``benchmarks/posteriors.py`` and ``SVI.run``'s loop body run them): timed per call and
+    divided by ``INNER``, the per-step time without the per-call dispatch and synchronisation
+    (0.1-0.3 ms on the CPU, which a timing of single steps adds to every row)."""
+    def run(state, y):
+        return lax.scan(lambda s, _: (update(s, y)[0], None), state, None, length=INNER)[0]
+
+    return jax.jit(run).lower(state, y).compile()
+
+
+#: SVI steps (and entropy calls) per timed program of the SVI part.
+INNER = 50
+
+
+class _entropy_stubbed:
+    """Within the block ``GaussianMixture.entropy`` returns zeros of the batch shape (for the
+    step-without-entropy program of :func:`part_svi`; only while tracing)."""
+
+    def __enter__(self):
+        self._saved = GaussianMixture.entropy
+        GaussianMixture.entropy = lambda self, **_: jnp.zeros(self.batch_shape, self.loc.dtype)
+
+    def __exit__(self, *exc):
+        GaussianMixture.entropy = self._saved
+
+
 def part_svi(a, dtype):
     rows = []
     for d in map(int, a.svi_dims.split(",")):
@@ -163,14 +193,15 @@ def part_svi(a, dtype):
             t = time.perf_counter()
             state, _ = jax.block_until_ready(upd(state, y))
             first = time.perf_counter() - t
+            many = _scanned_steps(svi.update, state, y)
             holder = [state]
 
-            def step(y):
-                holder[0], out = upd(holder[0], y)  # noqa: B023
-                return out
+            def steps(y):
+                holder[0] = many(holder[0], y)  # noqa: B023
+                return holder[0]
 
-            wall, cpu = _timed_calls(step, lambda i: (y,), a.steps)  # noqa: B023
-            share = ratio = None
+            wall, cpu = (t / INNER for t in _timed_calls(steps, lambda i: (y,), a.steps))  # noqa: B023
+            share = alone = ratio = None
             if cov is None and name.startswith("AutoLowRank"):
                 lowrank_step = cpu
             if cov is not None:
@@ -185,23 +216,46 @@ def part_svi(a, dtype):
                     fe = lambda lg, m, f, k: GaussianMixture(m, scale=f, logits=lg).entropy(key=k, num_points=M)  # noqa: E731,B023
                 else:
                     fe = lambda lg, m, f, k: GaussianMixture(m, scale_tril=f, logits=lg).entropy(key=k, num_points=M)  # noqa: E731,B023
-                je = jax.jit(jax.value_and_grad(fe, argnums=(0, 1, 2)))
+                vg = jax.value_and_grad(fe, argnums=(0, 1, 2))
+
+                def entropy_calls(lg, m, f, key):  # INNER value-and-gradient calls, a new key each
+                    def one(acc, k):
+                        out = vg(lg, m, f, k)
+                        return acc + sum(jnp.sum(x) for x in jax.tree_util.tree_leaves(out)), None
+                    return lax.scan(one, jnp.zeros((), m.dtype), jax.random.split(key, INNER))[0]
+
+                je = jax.jit(entropy_calls)
                 jax.block_until_ready(je(lg, post.loc, factor, jax.random.PRNGKey(0)))
-                # step and entropy timed alternately, so that a change of load biases neither
-                e_cpus, s_cpus, s_walls = [], [], []
+                # the same steps with the mixture's entropy replaced by 0 (traced under the stub,
+                # so the compiled program has no entropy and no entropy gradient)
+                with _entropy_stubbed():
+                    many0 = _scanned_steps(svi.update, holder[0], y)
+                state0 = [holder[0]]
+
+                def steps0(y):
+                    state0[0] = many0(state0[0], y)  # noqa: B023
+                    return state0[0]
+
+                jax.block_until_ready(steps0(y))
+                # steps, steps without entropy and entropy alone timed alternately, so that a
+                # change of load biases none of them
+                e_cpus, s_cpus, s_walls, z_cpus = [], [], [], []
                 for i in range(a.steps):
                     e_cpus.append(_timed_calls(je, lambda _: (lg, post.loc, factor, jax.random.PRNGKey(i + 1)), 1)[1])  # noqa: B023
-                    w1, c1 = _timed_calls(step, lambda _: (y,), 1)  # noqa: B023
+                    w1, c1 = _timed_calls(steps, lambda _: (y,), 1)  # noqa: B023
                     s_walls.append(w1)
                     s_cpus.append(c1)
-                wall, cpu = float(np.median(s_walls)), float(np.median(s_cpus))
-                e_cpu = float(np.median(e_cpus))
-                share = e_cpu / cpu
+                    z_cpus.append(_timed_calls(steps0, lambda _: (y,), 1)[1])  # noqa: B023
+                wall, cpu = float(np.median(s_walls)) / INNER, float(np.median(s_cpus)) / INNER
+                e_cpu = float(np.median(e_cpus)) / INNER
+                alone = e_cpu / cpu
+                share = max(0.0, 1.0 - float(np.median(z_cpus)) / INNER / cpu)
                 ratio = cpu / (4 * lowrank_step)
-            rows.append((d, name, first, wall, cpu, share, ratio))
+            rows.append((d, name, first, wall, cpu, share, alone, ratio))
             print(f"d={d:4d} {name}: first {first:.2f} s, step {1e3 * wall:.2f} ms (median wall), "
                   f"{1e3 * cpu:.2f} ms CPU" + ("" if share is None else
-                  f", entropy share {100 * share:.0f}%, step / (4 x AutoLowRank step) {ratio:.1f}"), flush=True)
+                  f", entropy share {100 * share:.0f}% (alone / step {100 * alone:.0f}%), "
+                  f"step / (4 x AutoLowRank step) {ratio:.1f}"), flush=True)
     return rows
 
 
@@ -224,8 +278,8 @@ def main(argv=None):
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
     lines = [f"`python benchmarks/scale.py {' '.join(sys.argv[1:] if argv is None else argv)}` "
              f"({np.dtype(dtype).name}; devices {jax.devices()}; "
-             f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f} at the start: a shared, loaded "
-             "machine, so times are upper bounds of what an idle one gives).", ""]
+             f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f} at the start; under load, times "
+             "are upper bounds of what an idle machine gives).", ""]
     if a.part in ("entropy", "all"):
         rows, skipped = part_entropy(a, dtype)
         lines += ["**The default entropy** (`GaussianMixture.entropy()`, the mixing rule with "
@@ -243,17 +297,21 @@ def main(argv=None):
         lines.append("")
     if a.part in ("svi", "all"):
         rows = part_svi(a, dtype)
-        lines += [f"**SVI step** (`jax.jit(svi.update)`, {a.steps} steps after the first; model z ~ N(0, I_d), "
-                  "y ~ N(z, 1) with one observed vector; Adam; *step*: median wall ms and median CPU ms per "
-                  f"step (`time.process_time`; for the mixture rows over {a.steps} more steps timed alternately "
-                  "with the entropy). *entropy share*: CPU time of the value and gradient of the "
-                  "mixture's entropy alone (randomised rule with the ELBO's M points, a new key per call) over "
-                  "the step's CPU time. *vs 4 x low-rank*: the mixture's step CPU time over 4 times that of "
+        lines += [f"**SVI step** (`jax.jit(svi.update)` for the first step; then {a.steps} calls of one program of "
+                  f"{INNER} steps in a `lax.scan`, as a training loop runs them, per-step = call / {INNER}; model z ~ N(0, I_d), "
+                  "y ~ N(z, 1) with one observed vector; Adam; *step*: median over calls of wall ms and CPU ms per "
+                  f"step (`time.process_time`; for the mixture rows over {a.steps} more calls timed alternately "
+                  "with the entropy and with the step without entropy). *entropy share*: 1 - (CPU time of the "
+                  "same step compiled with the mixture's entropy replaced by 0) / (the step's CPU time), i.e. "
+                  "the part of the step the entropy's value and gradient add. *entropy alone / step*: CPU "
+                  "time of the value and gradient of the mixture's entropy computed alone (randomised rule with "
+                  f"the ELBO's M points, {INNER} in one program, a new key each) over the step's. "
+                  "*vs 4 x low-rank*: the mixture's step CPU time over 4 times that of "
                   "AutoLowRankMultivariateNormal (goal: <= 2). *goal*: both goals (<= 2x, and share < 30% at "
                   "d >= 100).", "",
                   "| d | guide + ELBO | first step (s) | step wall (ms) | step CPU (ms) | entropy share | "
-                  "vs 4 x low-rank | goal |", "|---|---|---|---|---|---|---|---|"]
-        for d, name, first, wall, cpu, share, ratio in rows:
+                  "entropy alone / step | vs 4 x low-rank | goal |", "|---|---|---|---|---|---|---|---|---|"]
+        for d, name, first, wall, cpu, share, alone, ratio in rows:
             if share is None:
                 goal = "-"
             else:
@@ -261,6 +319,7 @@ def main(argv=None):
                 goal = "met" if ok else "not met"
             lines.append(f"| {d} | {name} | {first:.2f} | {1e3 * wall:.2f} | {1e3 * cpu:.2f} | "
                          f"{'-' if share is None else f'{100 * share:.0f}%'} | "
+                         f"{'-' if alone is None else f'{100 * alone:.0f}%'} | "
                          f"{'-' if ratio is None else f'{ratio:.1f}'} | {goal} |")
         lines.append("")
     text = "\n".join(lines)
