@@ -40,7 +40,7 @@ from .entropy import (
     mixture_entropy,
 )
 from ._kernels import lowrank as _lowrank
-from ._kernels.gaussian import cholesky, tril_inverse, tril_log_prob
+from ._kernels.gaussian import cholesky, precision_of_tril, tril_inverse, tril_log_prob
 from ._validation import check_int, float_dtype
 
 __all__ = ["GaussianMixture"]
@@ -162,11 +162,8 @@ def _tril_of_precision(precision: Array) -> Array:
 _tril_log_prob = jax.jit(tril_log_prob)
 
 
-@jax.jit
-def _precision_of_tril(tril: Array) -> Array:
-    """``Sigma^-1 = L^-T L^-1`` from the LAPACK-free triangular inverse."""
-    w = tril_inverse(tril)
-    return jnp.swapaxes(w, -1, -2) @ w
+# ``Sigma^-1 = L^-T L^-1`` from the LAPACK-free triangular inverse, one program per shape.
+_precision_of_tril = jax.jit(precision_of_tril)
 
 
 class _ArgConstraints(dict):

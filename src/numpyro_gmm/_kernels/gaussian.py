@@ -213,6 +213,12 @@ def _cholesky_jvp(primals, tangents):
     return chol, chol @ phi
 
 
+def precision_of_tril(chol: Array) -> Array:
+    """``Sigma^-1 = L^-T L^-1`` for ``Sigma = L L^T``, ``chol (..., d, d)`` lower triangular."""
+    w = tril_inverse(chol)
+    return jnp.swapaxes(w, -1, -2) @ w
+
+
 def tril_solve(chol: Array, b: Array) -> Array:
     """``L^-1 b`` for lower-triangular ``chol (..., d, d)`` and vectors ``b (..., d)``."""
     return jnp.einsum("...ij,...j->...i", tril_inverse(chol), b)

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax, random
 
-from .gaussian import cholesky, tril_inverse
+from .gaussian import cholesky, precision_of_tril
 
 Array = jnp.ndarray
 
@@ -161,8 +161,7 @@ def laplace_scale_tril(potential_fn, locs: Array, scales: Array) -> Array:
         hess = 0.5 * (hess + hess.T)
         # the package's LAPACK-free factorisations (a batched LAPACK call can deadlock on
         # 2 cores, see numpyro_gmm._kernels.gaussian); NaN where H is not positive definite
-        w = tril_inverse(cholesky(hess))
-        cov = w.T @ w  # H^-1 = L^-T L^-1
+        cov = precision_of_tril(cholesky(hess))  # H^-1 = L^-T L^-1 with H = L L^T
         tril = cholesky(0.5 * (cov + cov.T))
         ok = jnp.all(jnp.isfinite(tril)) & jnp.all(jnp.diagonal(tril) > 0)
         return jnp.where(ok, tril, scale[:, None] * eye)

@@ -23,7 +23,7 @@ from jax import lax
 from jax.nn import logsumexp, softmax
 
 from .bounds import dense_tril, log_abs_det
-from .gaussian import cholesky, tril_inverse
+from .gaussian import cholesky, precision_of_tril, tril_inverse
 
 Array = jnp.ndarray
 
@@ -57,8 +57,7 @@ def log_max_density(
     centre = lax.stop_gradient(jnp.mean(locs, axis=0))
     locs_c = locs - centre
     tril = dense_tril(scale_tril, scale)
-    l_inv = tril_inverse(tril)
-    prec = jnp.swapaxes(l_inv, -1, -2) @ l_inv  # (K, d, d)
+    prec = precision_of_tril(tril)  # (K, d, d)
     h = jnp.einsum("kij,kj->ki", prec, locs_c)
     sg = lax.stop_gradient
     lw, lc, tr, pr, hh = sg(log_weights), sg(locs_c), sg(tril), sg(prec), sg(h)
