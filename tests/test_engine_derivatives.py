@@ -210,7 +210,7 @@ def test_hessian_matches_finite_differences_of_gradient(case):
     differences (step 1e-5) of ``jax.grad``; truncation ~1e-10, rounding ~1e-11."""
     _, log_w, locs, kw = case
     f = scalar_of_locs(log_w, **kw)
-    hess = np.asarray(jax.hessian(f)(locs)).reshape(locs.size, locs.size)
+    hess = np.asarray(jax.jit(jax.hessian(f))(locs)).reshape(locs.size, locs.size)
     grad = jax.jit(jax.grad(f))
     h = 1e-5
     fd = np.zeros_like(hess)
