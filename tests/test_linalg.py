@@ -2,10 +2,12 @@
 NumPy's LAPACK (``numpy.linalg.inv`` / ``cholesky`` in float64) and the closed-form
 derivatives ``d(L^-1) = -L^-1 dL L^-1`` and ``dL = L Phi(L^-1 dA L^-T)``.
 
-The dimensions cover every code path: the static substitution (``d <= 6``), the row loop on
-one base block (``d = 7, 13``), the recursive doubling with padding to a power-of-two number
-of blocks (``d = 17``: 2 blocks of 9 rows; ``d = 100``: 8 blocks of 13) and without (``d =
-40``: 4 blocks of 10).
+The dimensions cover every code path. ``tril_inverse``: the static substitution (``d <= 6``),
+the row loop on one base block (``d = 7, 13``), the recursive doubling with padding to a
+power-of-two number of blocks (``d = 17``: 2 blocks of 9 rows; ``d = 100``: 8 blocks of 13)
+and without (``d = 40``: 4 blocks of 10). ``cholesky``: the static columns (``d <= 6``), the
+column loop (``d = 7, 13``) and the blocked left-looking loop over 16-column blocks, with
+padding (``d = 17, 40, 100``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def test_tril_inverse_and_its_derivative_match_numpy(rng, d):
     assert _rel(dw, -ref @ np.tril(tangent) @ ref) < 10 * RTOL
 
 
-@pytest.mark.parametrize("d", [3, 7, 13])
+@pytest.mark.parametrize("d", [3, 7, 13, 17, 40, 100])
 def test_cholesky_and_its_derivative_match_numpy(rng, d):
     chol, cov, _ = _factor(rng, d)
     f = ftype()
@@ -60,6 +62,13 @@ def test_cholesky_and_its_derivative_match_numpy(rng, d):
     x = w @ sym @ np.swapaxes(w, -1, -2)
     phi = np.tril(x) - 0.5 * x * np.eye(d)
     assert _rel(dl, chol @ phi) < 100 * RTOL
+
+
+def test_cholesky_of_a_matrix_that_is_not_positive_definite_is_nan():
+    """A negative pivot in the third column block (d = 40) gives NaN, not a factor."""
+    a = np.eye(40)
+    a[37, 37] = -1.0
+    assert bool(jnp.any(jnp.isnan(cholesky(jnp.asarray(a, ftype())))))
 
 
 def test_tril_inverse_blocked_gradient_under_jit_and_vmap(rng):
