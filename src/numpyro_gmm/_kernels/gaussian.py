@@ -36,10 +36,9 @@ UNROLL_MAX_DIM = 4
 # ``trsm``). The factorisations below are plain XLA operations (up to 16 rows, loops over
 # single columns or rows; beyond, the Cholesky factor by a ``fori_loop`` over blocks of 16
 # columns and the triangular inverse by recursive doubling over blocks, both as batched
-# matrix products), which the runtime schedules
-# like any other, with closed-form derivatives (custom JVPs) so that autodiff does not
-# introduce LAPACK calls either (JAX differentiates ``cholesky`` and ``triangular_solve``
-# with more of them).
+# matrix products), which the runtime schedules like any other, with closed-form
+# derivatives (custom JVPs) so that autodiff does not introduce LAPACK calls either (JAX
+# differentiates ``cholesky`` and ``triangular_solve`` with more of them).
 
 
 def _unit(j, d: int, dtype):
@@ -115,9 +114,10 @@ def _tril_inverse_loop(chol: Array) -> Array:
     return lax.fori_loop(0, d, step, jnp.zeros_like(chol))
 
 
-# Base block of the recursive triangular inverse below: at most this many rows, inverted by
-# the row loop. Measured (K = 4 factors, jit of value_and_grad, 2-core CPU, XLA's default
-# optimisation level), against the row loop over all d rows: d = 50 compile 0.68 s / run
+# Base block of the recursive triangular inverse below (at most this many rows, inverted by
+# the row loop) and column block of the blocked Cholesky factor. Measured for the inverse
+# (K = 4 factors, jit of value_and_grad, 2-core CPU, XLA's default optimisation level),
+# against the row loop over all d rows: d = 50 compile 0.68 s / run
 # 0.27 ms (loop 0.40 s / 1.24 ms), d = 100 0.79 s / 0.73 ms (0.34 s / 7.2 ms), d = 300
 # 1.3 s / 4.9 ms (0.44 s / 245 ms). Base blocks of 8 rows by static substitution compiled
 # 2-3x slower for no faster run; a loop over block rows (one (b, d) x (d, d) product per
@@ -135,7 +135,9 @@ def _pad_with_identity(a: Array, size: int) -> Array:
     batch = a.shape[:-2]
     eye = jnp.broadcast_to(jnp.eye(pad, dtype=a.dtype), batch + (pad, pad))
     zeros = jnp.zeros(batch + (d, pad), a.dtype)
-    return jnp.concatenate([jnp.concatenate([a, zeros], -1), jnp.concatenate([jnp.swapaxes(zeros, -1, -2), eye], -1)], -2)
+    top = jnp.concatenate([a, zeros], -1)
+    bottom = jnp.concatenate([jnp.swapaxes(zeros, -1, -2), eye], -1)
+    return jnp.concatenate([top, bottom], -2)
 
 
 def _cholesky_blocked(a: Array) -> Array:
@@ -187,7 +189,7 @@ def _tril_inverse_blocked(chol: Array) -> Array:
     ``L`` is padded with an identity block to ``n b`` rows, ``n = 2^k`` blocks of ``b <=
     _BLOCK_MAX_DIM`` rows (the padding's inverse is the identity, so the top-left ``d x d``
     block of the result is ``L^-1`` exactly). The ``n`` base blocks are inverted at once by
-    substitution (:func:`_tril_inverse_static`), then ``k`` levels each merge pairs of
+    the row loop (:func:`_tril_inverse_loop`, ``b`` steps), then ``k`` levels each merge pairs of
     neighbouring blocks with two batched matrix products. ``O(d^3)`` work as batched products
     and ``O(log d)`` operations in the graph; the row-by-row loop it replaced took ``d``
     sequential steps: at ``K = 4``, ``d = 100`` (float32, quiet 2-core CPU) 2.2 ms for the value
