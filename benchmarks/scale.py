@@ -139,15 +139,23 @@ def _timed_calls(f, args_of, n):
     return float(np.median(walls)), float(np.median(cpus))
 
 
-def _scanned_steps(update, state, y):
+class _ScannedSteps:
     """A compiled program of ``INNER`` consecutive ``update`` steps (``lax.scan``, as
-    ``benchmarks/posteriors.py`` and ``SVI.run``'s loop body run them): timed per call and
-    divided by ``INNER``, the per-step time without the per-call dispatch and synchronisation
-    (0.1-0.3 ms on the CPU, which a timing of single steps adds to every row)."""
-    def run(state, y):
-        return lax.scan(lambda s, _: (update(s, y)[0], None), state, None, length=INNER)[0]
+    ``benchmarks/posteriors.py`` and ``SVI.run``'s loop body run them), called on its own
+    state (``self.state``): timed per call and divided by ``INNER``, the per-step time without
+    the per-call dispatch and synchronisation (0.1-0.3 ms on the CPU, which a timing of single
+    steps adds to every row)."""
 
-    return jax.jit(run).lower(state, y).compile()
+    def __init__(self, update, state, y):
+        def run(state, y):
+            return lax.scan(lambda s, _: (update(s, y)[0], None), state, None, length=INNER)[0]
+
+        self.program = jax.jit(run).lower(state, y).compile()
+        self.state = state
+
+    def __call__(self, y):
+        self.state = self.program(self.state, y)
+        return self.state
 
 
 #: SVI steps (and entropy calls) per timed program of the SVI part.
@@ -193,19 +201,13 @@ def part_svi(a, dtype):
             t = time.perf_counter()
             state, _ = jax.block_until_ready(upd(state, y))
             first = time.perf_counter() - t
-            many = _scanned_steps(svi.update, state, y)
-            holder = [state]
-
-            def steps(y):
-                holder[0] = many(holder[0], y)  # noqa: B023
-                return holder[0]
-
+            steps = _ScannedSteps(svi.update, state, y)
             wall, cpu = (t / INNER for t in _timed_calls(steps, lambda i: (y,), a.steps))  # noqa: B023
             share = alone = ratio = None
             if cov is None and name.startswith("AutoLowRank"):
                 lowrank_step = cpu
             if cov is not None:
-                post = guide.get_posterior(svi.get_params(holder[0]))
+                post = guide.get_posterior(svi.get_params(steps.state))
                 factor = {"diag": post.scale, "lowrank": (post.cov_factor, post.cov_diag)}.get(cov, post.scale_tril)
                 lg = post.mixing_distribution.logits
                 M = loss.num_entropy_points
@@ -229,13 +231,7 @@ def part_svi(a, dtype):
                 # the same steps with the mixture's entropy replaced by 0 (traced under the stub,
                 # so the compiled program has no entropy and no entropy gradient)
                 with _entropy_stubbed():
-                    many0 = _scanned_steps(svi.update, holder[0], y)
-                state0 = [holder[0]]
-
-                def steps0(y):
-                    state0[0] = many0(state0[0], y)  # noqa: B023
-                    return state0[0]
-
+                    steps0 = _ScannedSteps(svi.update, steps.state, y)
                 jax.block_until_ready(steps0(y))
                 # steps, steps without entropy and entropy alone timed alternately, so that a
                 # change of load biases none of them
