@@ -142,16 +142,20 @@ def test_initialisation_deterministic_given_key():
 
 
 def test_starting_points_and_fits_shapes():
-    guide, _ = fitted_guide(constrained_model, num_components=2, num_init_fits=20, init_fit_steps=50)
+    # the guide's own first call starts by "spread" (no fits compiled there): the two
+    # programs below are the ones under test
+    guide, _ = fitted_guide(constrained_model, num_components=2, num_init_fits=20, init_fit_steps=50,
+                            init_method="spread")
     d = guide.latent_dim
     assert d == 1 + 1 + 2  # a, log s, stick-breaking coordinates of the 3-simplex
-    starts = jax.jit(guide.starting_points)(jax.random.PRNGKey(3))  # one program (eagerly: one per op)
+    # one program for both (eagerly: one per op)
+    starts, fits = jax.jit(lambda k: (guide.starting_points(k), guide.initial_fits(k)))(jax.random.PRNGKey(3))
     assert starts.shape == (20, d)
     assert np.all(np.isfinite(starts))
     np.testing.assert_allclose(starts[0], guide._init_latent, rtol=1e-6)  # the init_loc_fn point first
     # prior draws spread: the bimodal site's N(0, 3) prior is wider than init_to_uniform's (-2, 2)
     assert np.std(np.asarray(starts[:, 0])) > 1.0
-    locs, scales, chosen, (all_locs, all_scales, scores) = jax.jit(guide.initial_fits)(jax.random.PRNGKey(3))
+    locs, scales, chosen, (all_locs, all_scales, scores) = fits
     assert locs.shape == (2, d) and scales.shape == (2, d) and chosen.shape == (2,)
     assert all_locs.shape == (20, d) and all_scales.shape == (20, d) and scores.shape == (20,)
     assert len(set(np.asarray(chosen).tolist())) == 2

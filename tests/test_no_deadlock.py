@@ -125,6 +125,11 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    bool(jax.config.jax_enable_x64),
+    reason="float32 pass only: the hang was LAPACK's thread-pool blocking, which no dtype changes; "
+    "the LAPACK-free programs are checked in both passes by the tests above",
+)
 def test_batched_bounds_entropy_and_gradients_finish():
     """Fails on timeout: on the LAPACK code this hung on a 2-core machine. Compilation
     dominates (it is a subprocess, so nothing in memory is shared with the test process)."""
