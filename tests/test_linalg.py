@@ -35,6 +35,16 @@ def _factor(rng, d, batch=(2, 3), spread=2.0):
     return chol, cov, chol + np.triu(rng.normal(size=chol.shape), 1)
 
 
+# The kernels as the package calls them: compiled (``jax.jit``), one program per shape. Called
+# eagerly, each operation would be dispatched and compiled on its own.
+_tril_inverse = jax.jit(tril_inverse)
+_cholesky = jax.jit(cholesky)
+
+
+def _jvp(f):
+    return jax.jit(lambda x, t: jax.jvp(f, (x,), (t,)))
+
+
 def _rel(a, b):
     return np.abs(np.asarray(a, np.float64) - b).max() / np.abs(b).max()
 
@@ -44,9 +54,9 @@ def test_tril_inverse_and_its_derivative_match_numpy(rng, d):
     chol, _, dirty = _factor(rng, d)
     f = ftype()
     ref = np.linalg.inv(chol)
-    assert _rel(tril_inverse(jnp.asarray(dirty, f)), ref) < RTOL
+    assert _rel(_tril_inverse(jnp.asarray(dirty, f)), ref) < RTOL
     tangent = rng.normal(size=chol.shape)  # its upper triangle must be ignored as well
-    _, dw = jax.jvp(tril_inverse, (jnp.asarray(dirty, f),), (jnp.asarray(tangent, f),))
+    _, dw = _jvp(tril_inverse)(jnp.asarray(dirty, f), jnp.asarray(tangent, f))
     assert _rel(dw, -ref @ np.tril(tangent) @ ref) < 10 * RTOL
 
 
@@ -54,10 +64,10 @@ def test_tril_inverse_and_its_derivative_match_numpy(rng, d):
 def test_cholesky_and_its_derivative_match_numpy(rng, d):
     chol, cov, _ = _factor(rng, d)
     f = ftype()
-    assert _rel(cholesky(jnp.asarray(cov, f)), chol) < 10 * RTOL
+    assert _rel(_cholesky(jnp.asarray(cov, f)), chol) < 10 * RTOL
     sym = rng.normal(size=cov.shape)
     sym = sym + np.swapaxes(sym, -1, -2)
-    _, dl = jax.jvp(cholesky, (jnp.asarray(cov, f),), (jnp.asarray(sym, f),))
+    _, dl = _jvp(cholesky)(jnp.asarray(cov, f), jnp.asarray(sym, f))
     w = np.linalg.inv(chol)
     x = w @ sym @ np.swapaxes(w, -1, -2)
     phi = np.tril(x) - 0.5 * x * np.eye(d)

@@ -8,6 +8,7 @@ conversions between parameterisations and the mixture's moments.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import math
 from functools import partial
@@ -167,10 +168,51 @@ _tril_log_prob = jax.jit(tril_log_prob)
 _precision_of_tril = jax.jit(precision_of_tril)
 
 
+def _one_program(prop: property) -> property:
+    """``prop`` computed as one compiled program per shapes (see GaussianMixture.log_prob):
+    eagerly, NumPyro's moments dispatched 5-9 single-operation programs per new shape."""
+    fn = jax.jit(prop.fget)
+    return property(functools.wraps(prop.fget)(lambda self: fn(self)))
+
+
 # NumPyro's log_prob (without its support check, done outside) and sampling, one program per
 # shapes (see GaussianMixture.log_prob).
 _mixture_log_prob = jax.jit(MixtureSameFamily.log_prob.__wrapped__)
 _mixture_sample = jax.jit(MixtureSameFamily.sample_with_intermediates, static_argnums=2)
+
+
+@partial(jax.jit, static_argnames=("shape", "cov_name", "weight_name", "dtype"))
+def _parameters(loc, cov_value, weight_value, *, shape, cov_name, weight_name, dtype):
+    """The constructor's conversions, one program per shapes (called eagerly, each operation
+    compiled on its own: 12 programs at K = 3, d = 2, full covariances): the arguments cast to
+    ``dtype`` and broadcast to ``shape = batch_shape + (K, d)``; returns ``loc``, the stored
+    factor (``scale``, ``scale_tril``, or ``(cov_factor, cov_diag)``), ``logits`` and their
+    softmax (which NumPyro's mixture reads for its number of components)."""
+    batch_shape, (K, d) = shape[:-2], shape[-2:]
+    loc = jnp.broadcast_to(jnp.asarray(loc, dtype), shape)
+    if weight_value is None:
+        logits = jnp.zeros(batch_shape + (K,), dtype)
+    elif weight_name == "probs":
+        logits = jnp.broadcast_to(jnp.log(jnp.asarray(weight_value, dtype)), batch_shape + (K,))
+    else:
+        logits = jnp.broadcast_to(jnp.asarray(weight_value, dtype), batch_shape + (K,))
+    if cov_name == "cov_factor":
+        w, dg = (jnp.asarray(v, dtype) for v in cov_value)
+        factor = (jnp.broadcast_to(w, shape + w.shape[-1:]), jnp.broadcast_to(dg, shape))
+    elif cov_name == "scale":
+        factor = jnp.broadcast_to(jnp.asarray(cov_value, dtype), shape)
+    else:
+        # LAPACK-free factorisations (see numpyro_gmm._kernels.gaussian.cholesky): inside
+        # a jitted model or guide a LAPACK call here could run concurrently with others.
+        cov_value = jnp.asarray(cov_value, dtype)
+        if cov_name == "covariance_matrix":
+            tril = _tril_of_covariance(cov_value)
+        elif cov_name == "precision_matrix":
+            tril = _tril_of_precision(cov_value)
+        else:
+            tril = jnp.tril(cov_value)
+        factor = jnp.broadcast_to(tril, shape + (d,))
+    return loc, factor, logits, jax.nn.softmax(logits, axis=-1)
 
 
 class _ArgConstraints(dict):
@@ -319,44 +361,20 @@ class GaussianMixture(MixtureSameFamily):
         if validate:
             _check_values(dtype, loc=loc, **cov_args, **{weight_name: weight_value})
 
-        loc = jnp.asarray(loc, dtype)
+        # ---- convert and broadcast (one program per shapes) ----
+        loc, factor, logits, probs = _parameters(
+            loc, cov_value, weight_value, shape=batch_shape + (K, d), cov_name=cov_name,
+            weight_name=weight_name, dtype=jnp.dtype(dtype),
+        )
         if is_lowrank:
-            cov_value = tuple(jnp.asarray(v, dtype) for v in cov_value)
-        else:
-            cov_value = jnp.asarray(cov_value, dtype)
-        if weight_value is not None:
-            weight_value = jnp.asarray(weight_value, dtype)
-
-        # ---- convert and broadcast ----
-        loc = jnp.broadcast_to(loc, batch_shape + (K, d))
-        if weight_value is None:
-            logits = jnp.zeros(batch_shape + (K,), dtype)
-        elif weight_name == "probs":
-            logits = jnp.broadcast_to(jnp.log(weight_value), batch_shape + (K,))
-        else:
-            logits = jnp.broadcast_to(weight_value, batch_shape + (K,))
-        if is_lowrank:
-            factor, diag = cov_value
-            r = factor.shape[-1]
-            component = _LowRankNormal(
-                loc,
-                jnp.broadcast_to(factor, batch_shape + (K, d, r)),
-                jnp.broadcast_to(diag, batch_shape + (K, d)),
-            )
+            component = _LowRankNormal(loc, *factor)
         elif is_diagonal:
-            scale = jnp.broadcast_to(cov_value, batch_shape + (K, d))
-            component = Independent(Normal(loc, scale, validate_args=False), 1, validate_args=False)
+            component = Independent(Normal(loc, factor, validate_args=False), 1, validate_args=False)
         else:
-            # LAPACK-free factorisations (see numpyro_gmm._kernels.gaussian.cholesky): inside
-            # a jitted model or guide a LAPACK call here could run concurrently with others.
-            if cov_name == "covariance_matrix":
-                tril = _tril_of_covariance(cov_value)
-            elif cov_name == "precision_matrix":
-                tril = _tril_of_precision(cov_value)
-            else:
-                tril = jnp.tril(cov_value)
-            tril = jnp.broadcast_to(tril, batch_shape + (K, d, d))
-            component = _TrilNormal(loc, scale_tril=tril, validate_args=False)
+            component = _TrilNormal(loc, scale_tril=factor, validate_args=False)
+        mixing = CategoricalLogits(logits, validate_args=False)
+        if not_jax_tracer(probs):  # as NumPyro's lazy_property caches it (read for K below)
+            mixing.probs = probs
 
         self._entropy_method = entropy_method
         self._entropy_order = entropy_order
@@ -364,7 +382,7 @@ class GaussianMixture(MixtureSameFamily):
         self._is_lowrank = is_lowrank
         # The components are not validated by NumPyro: this class checks the arguments the
         # user gave, with messages naming them.
-        super().__init__(CategoricalLogits(logits, validate_args=False), component, validate_args=validate_args)
+        super().__init__(mixing, component, validate_args=validate_args)
 
     # ------------------------------------------------------------------ validation
     def validate_args(self, strict: bool = True) -> None:
@@ -426,6 +444,7 @@ class GaussianMixture(MixtureSameFamily):
             return s[..., None] * jnp.eye(s.shape[-1], dtype=s.dtype)
         return self._component_distribution.scale_tril
 
+    @_one_program
     @property
     def component_covariance_matrix(self) -> Array:
         """``batch_shape + (K, d, d)`` component covariances."""
@@ -468,6 +487,7 @@ class GaussianMixture(MixtureSameFamily):
     def entropy_order(self) -> int | None:
         return self._entropy_order
 
+    @_one_program
     @property
     def covariance_matrix(self) -> Array:
         r"""``batch_shape + (d, d)`` covariance of the mixture,
@@ -487,6 +507,9 @@ class GaussianMixture(MixtureSameFamily):
             return between + low + within[..., None] * jnp.eye(within.shape[-1], dtype=within.dtype)
         tril = self.scale_tril
         return between + jnp.einsum("...k,...kij,...klj->...il", w, tril, tril)
+
+    mean = _one_program(MixtureSameFamily.mean)
+    variance = _one_program(MixtureSameFamily.variance)
 
     # ------------------------------------------------------------------ density and sampling
     # NumPyro's own computations, each compiled as one program per shapes: called eagerly,
@@ -569,17 +592,12 @@ class GaussianMixture(MixtureSameFamily):
                 logits.shape[:-1], loc.shape[:-2], *(f.shape[: f.ndim - len(fs)] for f, fs in zip(factor, fshapes))
             )
         )
-        n = math.prod(batch)
-        logits = jnp.broadcast_to(logits, batch + (K,)).reshape((n, K))
-        loc = jnp.broadcast_to(loc, batch + (K, d)).reshape((n, K, d))
-        factor = tuple(jnp.broadcast_to(f, batch + fs).reshape((n,) + fs) for f, fs in zip(factor, fshapes))
-        keys = None if key is None else jax.random.split(key, n)
         static = tuple(sorted((k, v) for k, v in options.items() if _is_static(v)))
         dynamic = {k: v for k, v in options.items() if not _is_static(v)}
-        out = _batched_entropy(
-            logits, loc, factor, keys, dynamic, method=method, diag=diag, static_options=static
+        return _batched_entropy(
+            logits, loc, factor, key, dynamic, method=method, diag=diag, static_options=static,
+            batch=batch, fshapes=fshapes,
         )
-        return jax.tree.map(lambda x: x.reshape(batch + x.shape[1:]), out)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -736,10 +754,19 @@ def _is_static(value) -> bool:
     return isinstance(value, tuple) and all(_is_static(v) for v in value)
 
 
-@partial(jax.jit, static_argnames=("method", "diag", "static_options"))
-def _batched_entropy(logits, loc, factor, keys, dynamic_options, *, method, diag, static_options):
-    """``mixture_entropy`` over a flat batch ``(n, ...)`` of mixtures, compiled once per
-    shapes, estimator and static options (eager calls of ``entropy()`` reuse it)."""
+@partial(jax.jit, static_argnames=("method", "diag", "static_options", "batch", "fshapes"))
+def _batched_entropy(logits, loc, factor, key, dynamic_options, *, method, diag, static_options, batch, fshapes):
+    """``mixture_entropy`` over the mixtures of ``batch`` (the parameters broadcast to it and
+    flattened to ``(n, ...)``, a ``key`` split into one per mixture, the results reshaped to
+    ``batch``), compiled once per shapes, estimator and static options: an eager call of
+    ``entropy()`` is one program (its broadcasts and reshapes dispatched on their own
+    compiled four or five more programs per new shape)."""
+    n = math.prod(batch)
+    K, d = loc.shape[-2:]
+    logits = jnp.broadcast_to(logits, batch + (K,)).reshape((n, K))
+    loc = jnp.broadcast_to(loc, batch + (K, d)).reshape((n, K, d))
+    factor = tuple(jnp.broadcast_to(f, batch + fs).reshape((n,) + fs) for f, fs in zip(factor, fshapes))
+    keys = None if key is None else jax.random.split(key, n)
 
     def one(lg, lc, f, k):
         kw = {**dict(static_options), **dynamic_options}
@@ -754,11 +781,13 @@ def _batched_entropy(logits, loc, factor, keys, dynamic_options, *, method, diag
             return fn(lg, lc, None, scale=f[0], **kw)
         return fn(lg, lc, f[0], **kw)
 
-    if logits.shape[0] == 1:  # one mixture: no vmap (a batch of one turns the estimators'
+    if n == 1:  # one mixture: no vmap (a batch of one turns the estimators'
         # matrix products into batched ones, measured 1.5-2x slower on the CPU)
         out = one(logits[0], loc[0], tuple(f[0] for f in factor), None if keys is None else keys[0])
-        return jax.tree.map(lambda x: x[None], out)
-    return jax.vmap(one)(logits, loc, factor, keys)
+        out = jax.tree.map(lambda x: x[None], out)
+    else:
+        out = jax.vmap(one)(logits, loc, factor, keys)
+    return jax.tree.map(lambda x: x.reshape(batch + x.shape[1:]), out)
 
 
 # ---------------------------------------------------------------------- batch utilities
