@@ -235,15 +235,17 @@ def test_choose_separated_picks_farthest_eligible():
     locs = jnp.array([[0.0], [0.1], [5.0], [-5.0], [20.0]])
     scales = jnp.ones((5, 1))
     scores = jnp.array([0.0, -0.1, -1.0, -2.0, -50.0])  # the last is not eligible
-    chosen = np.asarray(choose_separated(locs, scales, scores, 3, tolerance=6.0))
+    # jitted, as the guide calls it (eagerly each operation would compile on its own)
+    choose = jax.jit(choose_separated, static_argnums=3)
+    chosen = np.asarray(choose(locs, scales, scores, 3, tolerance=6.0))
     assert chosen[0] == 0
     assert set(chosen[1:].tolist()) == {2, 3}
     # a farthest point is replaced by the best-scoring fit of its cluster
     locs2 = jnp.array([[0.0], [5.0], [5.5], [-5.0]])
-    chosen = np.asarray(choose_separated(locs2, jnp.ones((4, 1)), jnp.array([0.0, -0.5, -1.0, -3.0]), 2, 6.0))
+    chosen = np.asarray(choose(locs2, jnp.ones((4, 1)), jnp.array([0.0, -0.5, -1.0, -3.0]), 2, 6.0))
     assert chosen.tolist() == [0, 1]  # 2 is the farthest from 0, 1 the best of its cluster
     # more choices than eligible fits: the best remaining ones, no repeats
-    chosen = np.asarray(choose_separated(locs, scales, scores, 5, tolerance=0.5))
+    chosen = np.asarray(choose(locs, scales, scores, 5, tolerance=0.5))
     assert sorted(chosen.tolist()) == [0, 1, 2, 3, 4]
 
 

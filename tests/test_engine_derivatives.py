@@ -260,9 +260,9 @@ def test_spread_rule_equals_the_derivative_through_the_half_mean():
         dev = locs.T[:, :, None] - mean(locs, prec)[:, None, :]
         return g @ jnp.einsum("kc,kj,jkc->c", m, prec, jnp.square(dev))
 
-    for derivative in (jax.grad, jax.hessian):
-        got = derivative(with_rule, argnums=(0, 1))(locs, prec)
-        want = derivative(plain, argnums=(0, 1))(locs, prec)
+    for derivative in (jax.grad, jax.hessian):  # jitted: one program each, not one per operation
+        got = jax.jit(derivative(with_rule, argnums=(0, 1)))(locs, prec)
+        want = jax.jit(derivative(plain, argnums=(0, 1)))(locs, prec)
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
             assert np.max(np.abs(b)) > 1e-3
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.max(np.abs(b)))

@@ -6,6 +6,7 @@ quadrature, and closed forms.
 """
 
 import math
+from functools import partial
 import warnings
 
 import jax
@@ -73,7 +74,9 @@ def test_matches_independent_float64_formula(rng, K, d, order):
 @pytest.mark.parametrize("K,d", [(2, 1), (3, 2), (5, 2)])
 def test_power_integrals_match_reference(rng, K, d):
     logits, locs, covs = random_mixture(rng, K, d)
-    got = log_power_integrals(*as_f(jax.nn.log_softmax(logits), locs, np.linalg.cholesky(covs)), n_max=5, block_size=7)
+    # jitted, as the estimators call it (eagerly each operation would compile on its own)
+    f = jax.jit(partial(log_power_integrals, n_max=5, block_size=7))
+    got = f(*as_f(jax.nn.log_softmax(logits), locs, np.linalg.cholesky(covs)))
     expected = [reference.log_power_integral(n, weights(logits), locs, covs) for n in range(2, 6)]
     np.testing.assert_allclose(got, expected, rtol=1e-10 if X64 else 2e-5, atol=1e-10 if X64 else 2e-5)
 
