@@ -8,10 +8,9 @@ conversions between parameterisations and the mixture's moments.
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
 import math
-from functools import partial
+from functools import partial, wraps
 
 import jax
 import jax.numpy as jnp
@@ -172,7 +171,7 @@ def _one_program(prop: property) -> property:
     """``prop`` computed as one compiled program per shapes (see GaussianMixture.log_prob):
     eagerly, NumPyro's moments dispatched 5-9 single-operation programs per new shape."""
     fn = jax.jit(prop.fget)
-    return property(functools.wraps(prop.fget)(lambda self: fn(self)))
+    return property(wraps(prop.fget)(lambda self: fn(self)))
 
 
 # NumPyro's log_prob (without its support check, done outside) and sampling, one program per
