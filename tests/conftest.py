@@ -14,8 +14,8 @@ from pathlib import Path
 #   (``--xla_cpu_use_fusion_emitters=false``; measured on four engine gradients at level 0:
 #   7.0 -> 2.0 s of compilation, and the fast tier 258 -> 163 CPU-s).
 # Both change code generation only, not the HLO program or its floating-point semantics
-# (XLA's CPU fast-math stays off). A flag the user's XLA_FLAGS already sets wins; the
-# examples and notebooks in CI run at XLA's defaults. Set before jax initialises its backend.
+# (XLA's CPU fast-math stays off). A flag the user's XLA_FLAGS already sets wins; CI runs
+# the main demo's example lane at XLA's defaults. Set before jax initialises its backend.
 _CHEAP_CODEGEN = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
 for _flag, _value in _CHEAP_CODEGEN.items():
     if _flag not in os.environ.get("XLA_FLAGS", ""):

@@ -211,6 +211,9 @@ def test_gamma_accuracy_low_dimension(case):
     assert abs(evaluate(case_id)["gamma"] - truth) < 0.07
 
 
+_log_max_density = jax.jit(log_max_density)  # as the estimators call it: one program per shapes
+
+
 @pytest.mark.parametrize("i", [0, 2, 3, 4])
 def test_mode_search_finds_the_maximum_1d(i):
     """ln max p on a dense grid (scipy.stats.norm) vs the mode search: never above it, and
@@ -220,8 +223,8 @@ def test_mode_search_finds_the_maximum_1d(i):
     dens = sum(wi * stats.norm(mi, si).pdf(xs) for wi, mi, si in zip(w, m, s))
     grid_max = math.log(dens.max())
     f = ftype()
-    got = float(jax.jit(log_max_density)(jnp.log(jnp.asarray(w, f)), jnp.asarray(np.array(m)[:, None], f), None,
-                                         jnp.asarray(np.array(s)[:, None], f)))  # jitted, as the estimators call it
+    got = float(_log_max_density(jnp.log(jnp.asarray(w, f)), jnp.asarray(np.array(m)[:, None], f), None,
+                                 jnp.asarray(np.array(s)[:, None], f)))
     assert got <= grid_max + (1e-7 if X64 else 1e-5)  # the grid's own resolution: ~1e-9
     # 1e-4: at the flat top of case 0 (two unit components at +-1) the fixed-point
     # iteration converges linearly and 64 steps leave ~4e-5 (measured).
@@ -233,7 +236,7 @@ def test_legendre_mode_a_matches_explicit_a():
     f = ftype()
     args = (jnp.asarray(np.log(w), f), jnp.asarray(np.array(m)[:, None], f))
     sc = jnp.asarray(np.array(s)[:, None], f)
-    la = jax.jit(log_max_density)(jax.nn.log_softmax(args[0]), args[1], None, sc)
+    la = _log_max_density(jax.nn.log_softmax(args[0]), args[1], None, sc)
     # float32: exp/log of a moves ln a by an ulp, which the series' cancellation amplifies
     np.testing.assert_allclose(legendre_entropy(*args, scale=sc, a="mode"),
                                legendre_entropy(*args, scale=sc, a=jnp.exp(la)), rtol=1e-10 if X64 else 5e-3)
