@@ -8,18 +8,12 @@ import os
 from pathlib import Path
 
 # The suite is compile-bound (hundreds of small programs, each run a few times), so it asks
-# XLA's CPU backend for cheap code generation:
-# - LLVM optimisation level 0 (measured: the K = 3, d = 2 Legendre gradient 6.0 -> 2.5 CPU-s);
-# - the classic elemental emitters instead of the MLIR fusion emitters
-#   (``--xla_cpu_use_fusion_emitters=false``; measured on four engine gradients at level 0:
-#   7.0 -> 2.0 s of compilation, and the fast tier 258 -> 163 CPU-s).
-# Both change code generation only, not the HLO program or its floating-point semantics
-# (XLA's CPU fast-math stays off). A flag the user's XLA_FLAGS already sets wins; CI runs
-# the main demo's example lane at XLA's defaults. Set before jax initialises its backend.
-_CHEAP_CODEGEN = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
-for _flag, _value in _CHEAP_CODEGEN.items():
-    if _flag not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --{_flag}={_value}").strip()
+# XLA's CPU backend for cheap code generation (the flags and their measured effect:
+# tests/xla_flags.py); a flag the user's XLA_FLAGS already sets wins. CI runs the main demo's
+# example lane at XLA's defaults. Set before jax initialises its backend.
+from xla_flags import with_cheap_codegen  # noqa: E402
+
+os.environ["XLA_FLAGS"] = with_cheap_codegen(os.environ.get("XLA_FLAGS", ""))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
