@@ -185,6 +185,7 @@ def test_entropy_options_from_guide_and_elbo():
     assert abs(float(h8 - h4)) > 1e-4  # the two orders differ, so the check can fail
 
 
+@pytest.mark.float32_pass
 def test_get_base_dist_and_transform_raise():
     guide = make_guide(num_components=2)
     with pytest.raises(NotImplementedError, match="get_posterior"):
@@ -210,6 +211,7 @@ def test_bad_arguments_raise(kwargs, match):
         AutoGaussianMixture(model, **kwargs)
 
 
+@pytest.mark.float32_pass
 def test_bad_quantiles_raise():
     guide = make_guide(num_components=2)
     with pytest.raises(ValueError, match="quantiles"):

@@ -655,6 +655,7 @@ def _model(data=None):
     return z
 
 
+@pytest.mark.float32_pass
 def test_sample_site_observed_and_latent():
     data = jnp.arange(10.0).reshape(5, 2) / 5
     params = {"loc": jnp.array([[0.0, 1.0], [2.0, -1.0]]), "z": jnp.array([0.5, 0.5])}

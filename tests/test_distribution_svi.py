@@ -31,6 +31,7 @@ def model(data):
         numpyro.sample("x", GaussianMixture(loc, scale=sd, probs=w), obs=data)
 
 
+@pytest.mark.float32_pass
 @pytest.mark.slow  # a 1,500-step SVI fit on 1,500 points (~16 CPU-s)
 def test_svi_recovers_weights_and_means():
     rng = np.random.default_rng(0)

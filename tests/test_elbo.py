@@ -279,6 +279,7 @@ def test_logits_gradient_matches_finite_difference_and_quadrature():
 # ----------------------------------------------------------------------------- inference
 
 
+@pytest.mark.float32_pass
 @pytest.mark.slow  # two 1,500-step SVI fits (~16 CPU-s)
 def test_bimodal_posterior_mixture_recovers_both_modes_and_mean_field_one():
     ref = bimodal_grid_reference()
@@ -322,6 +323,7 @@ def test_bimodal_posterior_mixture_recovers_both_modes_and_mean_field_one():
     assert stats.norm(loc, scale).cdf(0.0) < 1e-3 or stats.norm(loc, scale).sf(0.0) < 1e-3
 
 
+@pytest.mark.float32_pass
 @pytest.mark.slow  # a 2,000-step SVI fit, one Python step at a time (~22 CPU-s)
 def test_conjugate_linear_gaussian_one_component():
     # y = X beta + N(0, 1) noise, beta ~ N(0, I) in a plate: exact posterior

@@ -350,6 +350,7 @@ U = np.array([1.5, -1.0, 0.5, 1.0])
 SIGMA = np.diag([0.5, 0.8, 1.0, 0.3]) + np.outer(U, U)  # rank-1 + diagonal: exactly in the family
 
 
+@pytest.mark.float32_pass
 def test_autoguide_lowrank_parameters_spread():
     """Parameter names, shapes, constraints and initial values (init_method="spread": cov_diag
     = init_scale^2, cov_factor small but not zero); default rank round(sqrt(latent_dim))."""
@@ -368,6 +369,7 @@ def test_autoguide_lowrank_parameters_spread():
         AutoGaussianMixture(model, covariance="lowrank", rank=0)
 
 
+@pytest.mark.float32_pass
 @pytest.mark.slow
 def test_autoguide_lowrank_fits_init_and_svi_recovers_covariance():
     """init_method="fits": the lowrank guide starts where the diagonal guide does (cov_diag =
