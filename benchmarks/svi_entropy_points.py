@@ -333,9 +333,11 @@ def main(argv=None):
     ap.add_argument("--models", default="gaussian,bimodal", help="converge part: comma-separated gaussian, bimodal")
     a = ap.parse_args(argv)
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    load = os.getloadavg()[0]
+    state = "a loaded machine: times are upper bounds" if load > 0.5 * os.cpu_count() else "a quiet machine"
     lines = [f"`python benchmarks/svi_entropy_points.py {' '.join(sys.argv[1:] if argv is None else argv)}` "
-             f"({np.dtype(dtype).name}; {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f} at the "
-             "start: a shared, loaded machine).", ""]
+             f"({np.dtype(dtype).name}; {os.cpu_count()} CPU cores, load average {load:.1f} at the "
+             f"start: {state}).", ""]
     for part, fn in (("cost", part_cost), ("noise", part_noise), ("converge", part_converge)):
         if a.part in (part, "all"):
             lines += fn(a, dtype) + [""]
