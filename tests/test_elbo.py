@@ -440,8 +440,8 @@ def test_common_component_draws_share_the_noise_and_keep_each_component(covarian
                               cov_diag=jnp.asarray(rng.uniform(0.3, 2, (K, d)), dt))
     cov = np.asarray(mix.component_covariance_matrix, np.float64)
     keys = jax.random.split(jax.random.PRNGKey(1), 20_000)
-    draws = np.asarray(jax.jit(jax.vmap(lambda k: component_draws(mix, k)))(keys), np.float64)  # (S, K, d)
-    assert jax.eval_shape(lambda: component_draws(mix, keys[0])).dtype == dt
+    draws = np.asarray(jax.jit(jax.vmap(lambda k: component_draws(mix, k, True)))(keys), np.float64)  # (S, K, d)
+    assert jax.eval_shape(lambda: component_draws(mix, keys[0], True)).dtype == dt
     for k in range(K):
         centred = draws[:, k] - np.asarray(loc[k], np.float64)
         se_mean = np.sqrt(np.diag(cov[k]) / len(keys))

@@ -127,7 +127,7 @@ def _entropy_term(site):
     return jnp.sum(scale_and_mask(entropy, site["scale"]))
 
 
-def component_draws(mixture: GaussianMixture, key, common: bool = True):
+def component_draws(mixture: GaussianMixture, key, common: bool):
     """One reparameterised draw from every component of an unbatched mixture: ``(K, d)``.
 
     ``common=True``: one standard normal vector for all components (common random numbers),
