@@ -40,7 +40,7 @@ into one table, figure and check without fitting anything.
 
 Usage::
 
-    python benchmarks/posteriors.py [--quick] [--steps 3000] [--lr 0.02] [--seeds 10]
+    python benchmarks/posteriors.py [--quick] [--steps 3000] [--lr 0.02] [--seeds 10] [--common-noise False|True|weights]
         [--svgd-steps N] [--nuts-warmup N] [--nuts-samples N]
         [--models a,b] [--methods a,b] [--out docs/images] [--json results.json]
     python benchmarks/posteriors.py --from-json a.json,b.json [--out docs/images]
@@ -364,10 +364,14 @@ SVI_GUIDES = {
 }
 
 
-def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws):
-    """All seeds in one jit(vmap) program: ``(draws (S, n, D), elbo (S,), wall seconds)``."""
+def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise=False):
+    """All seeds in one jit(vmap) program: ``(draws (S, n, D), elbo (S,), wall seconds)``;
+    ``common_noise``: ``TraceEntropy_ELBO``'s ``common_component_noise`` (AutoGaussianMixture)."""
     guide = SVI_GUIDES[guide_name](problem)
-    loss = TraceEntropy_ELBO() if guide_name == "AutoGaussianMixture" else Trace_ELBO()
+    if guide_name == "AutoGaussianMixture":
+        loss = TraceEntropy_ELBO(common_component_noise=common_noise)
+    else:
+        loss = Trace_ELBO()
     eval_loss = TraceEntropy_ELBO(num_particles=256) if guide_name == "AutoGaussianMixture" else Trace_ELBO(num_particles=256)
     svi = SVI(problem.model, guide, numpyro.optim.Adam(lr), loss)
     with handlers.block(), handlers.seed(rng_seed=0):
@@ -432,7 +436,8 @@ def run_problem(problem, methods, args, rng):
             print(f"  {method:30s} not run: NumPyro's AutoIAFNormal needs latent dim >= 2", flush=True)
             continue
         if method in SVI_GUIDES:
-            flat, elbo, wall = fit_svi_seeds(problem, method, list(range(args.seeds)), args.steps, args.lr, 2000)
+            flat, elbo, wall = fit_svi_seeds(problem, method, list(range(args.seeds)), args.steps, args.lr, 2000,
+                                             args.common_noise)
             errors = np.array([mode_mass_error(problem, f) for f in flat])
             energies = np.array([energy_distance(f[:1000], ref_sub, scale) for f in flat])
             rows[method] = dict(found=int(np.sum(errors <= 0.15)), runs=len(flat), error=float(np.median(errors)),
@@ -528,6 +533,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--common-noise", default="False", choices=["False", "True", "weights"],
+                        help="TraceEntropy_ELBO(common_component_noise=...) of AutoGaussianMixture (default False)")
     parser.add_argument("--models", default=None, help="comma-separated subset of " + ",".join(PROBLEMS))
     parser.add_argument("--methods", default=None, help="comma-separated subset of " + ",".join(ALL_METHODS))
     parser.add_argument("--svgd-steps", type=int, default=None, help="SVGD steps (default: --steps)")
@@ -549,6 +556,7 @@ def main(argv=None):
         results = {n: {m: results[n][m] for m in ALL_METHODS if m in results[n]} for n in order}
         return report(results, {n: PROBLEMS[n]() for n in order}, args)
     args.svgd_steps = args.svgd_steps or args.steps
+    args.common_noise = {"False": False, "True": True}.get(args.common_noise, args.common_noise)
     args.nuts_warmup = args.nuts_warmup or (300 if args.quick else 1000)
     args.nuts_samples = args.nuts_samples or (300 if args.quick else 1000)
     names = args.models.split(",") if args.models else [n for n, f in PROBLEMS.items() if not args.quick or f().quick]

@@ -276,6 +276,40 @@ def test_logits_gradient_matches_finite_difference_and_quadrature():
     np.testing.assert_array_less(np.abs(g - exact), 4 * se + 0.02)
 
 
+def test_common_noise_for_the_weights_only_keeps_the_value_and_the_other_gradients():
+    # common_component_noise="weights": the value and the gradients of the locations and
+    # factors are those of independent draws (the same key gives the same numbers), and only
+    # the logits' gradient comes from terms on common draws, whose expectation is the exact
+    # gradient (quadrature, as in the test above).
+    y = jnp.asarray(Y_SCALE, fdtype())
+    guide = AutoGaussianMixture(scale_model, num_components=2, entropy_order=4)
+    setup_guide(guide, scale_model, y)
+    params = _mixture_params(fdtype())
+    keys = jax.random.split(jax.random.PRNGKey(4), 4000)
+
+    def per_particle(common):
+        elbo = TraceEntropy_ELBO(common_component_noise=common)
+        one = jax.value_and_grad(lambda p, key: elbo.loss(key, p, scale_model, guide, y))
+        return jax.jit(jax.vmap(one, in_axes=(None, 0)))(params, keys)
+
+    (v_ind, g_ind), (v_w, g_w) = per_particle(False), per_particle("weights")
+    rtol = 1e-12 if X64 else 1e-5
+    np.testing.assert_allclose(v_w, v_ind, rtol=rtol, atol=rtol)
+    for name in ("auto_locs", "auto_scale_tril"):
+        np.testing.assert_allclose(g_w[name], g_ind[name], rtol=rtol, atol=rtol)
+    grads = np.asarray(g_w["auto_logits"], np.float64)
+    assert not np.allclose(grads, np.asarray(g_ind["auto_logits"], np.float64))
+
+    def exact_loss(lg):
+        cross, _, entropy = _mixture_reference({**params, "auto_logits": np.asarray(lg)})
+        return -(cross + entropy)
+
+    lg = np.asarray(params["auto_logits"], np.float64)
+    exact = np.array([(exact_loss(lg + 1e-4 * e) - exact_loss(lg - 1e-4 * e)) / 2e-4 for e in np.eye(2)])
+    se = grads.std(0) / np.sqrt(len(grads))
+    np.testing.assert_array_less(np.abs(grads.mean(0) - exact), 4 * se + 0.02)
+
+
 # ----------------------------------------------------------------------------- inference
 
 
@@ -417,6 +451,8 @@ def test_bad_arguments_raise():
         TraceEntropy_ELBO(entropy_options=4)
     with pytest.raises(ValueError, match="common_component_noise"):
         TraceEntropy_ELBO(common_component_noise=1)
+    with pytest.raises(ValueError, match="common_component_noise"):
+        TraceEntropy_ELBO(common_component_noise="all")
 
 
 @pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])
