@@ -15,14 +15,15 @@ Part 2 (``--part svi``): one ``SVI.update`` step (median wall time and CPU time 
 ``AutoGaussianMixture(K=4)`` + ``TraceEntropy_ELBO`` (full covariances for d <= 100, diagonal
 at every d; ``lowrank``: ``covariance="lowrank", rank=4``) and ``AutoMultivariateNormal`` /
 ``AutoLowRankMultivariateNormal`` (rank 4) +
-``Trace_ELBO``, side by side in one run; and the share of the mixture's step spent in its
+``Trace_ELBO``, side by side in one run (``--svi-model logistic``: a Bayesian logistic
+regression on 1,000 rows instead, a model whose own cost grows with its data); and the share of the mixture's step spent in its
 entropy: one minus the CPU time of the same step compiled with ``GaussianMixture.entropy``
 replaced by zero over the step's, and, for comparison, the CPU time of the entropy's value and
 gradient called alone (the ELBO's ``num_entropy_points``, same parameters) over the step's;
 the issue's goals checked per row.
 
 ``python benchmarks/scale.py [--part entropy|svi|all] [--covs diag,full,lowrank] [--dims ...]
-[--svi-dims ...] [--write]`` writes its tables between ``<!-- scale-PART[-TAG]:begin -->`` /
+[--svi-dims ...] [--svi-model gaussian|logistic] [--write]`` writes its tables between ``<!-- scale-PART[-TAG]:begin -->`` /
 ``<!-- scale-PART[-TAG]:end -->`` in docs/performance.md (``--tag``, e.g. ``lowrank``, keeps
 the sections of a restricted run apart).
 """
@@ -118,12 +119,33 @@ def part_entropy(a, dtype):
     return rows, skipped
 
 
-def svi_model(d):
+#: Observations of the ``--svi-model logistic`` model.
+LOGISTIC_N = 1000
+
+
+def svi_model(d, kind="gaussian", dtype=jnp.float32):
+    """``(model, data)`` of the SVI part. ``gaussian``: ``z ~ N(0, I_d)``, ``y ~ N(z, 1)``, one
+    observed vector (the model costs ``O(d)``, so the guide's own work is all there is);
+    ``logistic``: Bayesian logistic regression, ``z ~ N(0, I_d)``, ``y_n ~ Bernoulli(logit =
+    x_n . z)`` for ``LOGISTIC_N`` rows ``x_n ~ N(0, I_d / d)`` (fixed seed; the model costs
+    ``O(n d)``, as a model with data does)."""
+    rng = np.random.default_rng(0)
+    if kind == "gaussian":
+        def model(y):
+            z = numpyro.sample("z", dist.Normal(jnp.zeros(d, y.dtype), 1.0).to_event(1))
+            numpyro.sample("y", dist.Normal(z, 1.0).to_event(1), obs=y)
+
+        return model, jnp.asarray(rng.normal(size=d), dtype)
+    x = jnp.asarray(rng.normal(size=(LOGISTIC_N, d)) / np.sqrt(d), dtype)
+    z_true = rng.normal(size=d)
+    y = (rng.random(LOGISTIC_N) < 1 / (1 + np.exp(-np.asarray(x, np.float64) @ z_true))).astype(np.float64)
+
     def model(y):
         z = numpyro.sample("z", dist.Normal(jnp.zeros(d, y.dtype), 1.0).to_event(1))
-        numpyro.sample("y", dist.Normal(z, 1.0).to_event(1), obs=y)
+        with numpyro.plate("n", LOGISTIC_N):
+            numpyro.sample("y", dist.Bernoulli(logits=x @ z), obs=y)
 
-    return model
+    return model, jnp.asarray(y, dtype)
 
 
 def _timed_calls(f, args_of, n):
@@ -177,8 +199,7 @@ class _entropy_stubbed:
 def part_svi(a, dtype):
     rows = []
     for d in map(int, a.svi_dims.split(",")):
-        y = jnp.asarray(np.random.default_rng(0).normal(size=d), dtype)
-        model = svi_model(d)
+        model, y = svi_model(d, a.svi_model, dtype)
         setups = []
         if d <= 1000:  # d x d factor and its O(d^3) work per step beyond
             setups.append(("AutoMultivariateNormal + Trace_ELBO", AutoMultivariateNormal(model), Trace_ELBO(), None))
@@ -266,6 +287,8 @@ def main(argv=None):
     ap.add_argument("--svi-dims", default="10,100,1000", help="svi part: comma-separated d")
     ap.add_argument("--rank", type=int, default=2, help="rank r of the lowrank entropy rows")
     ap.add_argument("--init-method", default="fits", help="AutoGaussianMixture init_method (svi part)")
+    ap.add_argument("--svi-model", choices=["gaussian", "logistic"], default="gaussian",
+                    help="svi part: the model (see svi_model)")
     ap.add_argument("--tag", default="", help="suffix of the docs section name")
     ap.add_argument("--entropy-points", type=int, default=None,
                     help="svi part: TraceEntropy_ELBO(num_entropy_points=...); default: the ELBO's default")
@@ -294,8 +317,10 @@ def main(argv=None):
     if a.part in ("svi", "all"):
         rows = part_svi(a, dtype)
         lines += [f"**SVI step** (`jax.jit(svi.update)` for the first step; then {a.steps} calls of one program of "
-                  f"{INNER} steps in a `lax.scan`, as a training loop runs them, per-step = call / {INNER}; model z ~ N(0, I_d), "
-                  "y ~ N(z, 1) with one observed vector; Adam; *step*: median over calls of wall ms and CPU ms per "
+                  f"{INNER} steps in a `lax.scan`, as a training loop runs them, per-step = call / {INNER}; model "
+                  + ("z ~ N(0, I_d), y ~ N(z, 1) with one observed vector" if a.svi_model == "gaussian" else
+                     f"z ~ N(0, I_d), y_n ~ Bernoulli(logit = x_n . z), n = {LOGISTIC_N} rows x_n ~ N(0, I_d / d)")
+                  + "; Adam; *step*: median over calls of wall ms and CPU ms per "
                   f"step (`time.process_time`; for the mixture rows over {a.steps} more calls timed alternately "
                   "with the entropy and with the step without entropy). *entropy share*: 1 - (CPU time of the "
                   "same step compiled with the mixture's entropy replaced by 0) / (the step's CPU time), i.e. "
