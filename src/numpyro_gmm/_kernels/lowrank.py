@@ -39,8 +39,12 @@ component ``i`` and every ``j``, with ``a_j = mu_i - mu_j`` and ``u_m = W_i e_m 
 three matrix products ``(M, d) x (d, K)`` and one ``(M, d) x (d, K r)``, so the cost is
 ``O(K^2 M d r)`` in all (``O(K M d r)`` per visited component) and the memory of one step
 is ``O(M d + M K r)`` floats, besides the ``(K, d, r)`` matrices ``P_j`` and the parameters.
-The components are visited one at a time by a rematerialised ``lax.map`` as in the full and
-diagonal paths, so the gradient holds one step's work at a time.
+As in the full and diagonal paths, all ``K`` components are evaluated at once (a ``vmap``)
+while their work, ``K M (d + K r)`` floats, fits in
+:data:`numpyro_gmm._kernels.mixing.ALL_AT_ONCE_MAX_ELEMENTS` (0.8-1.0x the time of the
+one-at-a-time loop at ``M = 16``, ``K = 4-8``, ``d = 100-1000``,
+``benchmarks/mixing_all_at_once.py``); beyond, they are visited one at a time by a
+rematerialised ``lax.map``, so the gradient holds one step's work at a time.
 
 **Float32.** The means are centred and everything is expressed in units of the geometric
 mean ``c`` of the components' marginal standard deviations ``sqrt(D + rowsum W^2)``
@@ -61,7 +65,7 @@ from jax import lax
 
 from .bounds import LOG_2PI
 from .gaussian import cholesky, tril_inverse
-from .mixing import DEFAULT_NUM_POINTS, _entropy_of_responsibilities, normal_points, shifted_normal_points
+from .mixing import ALL_AT_ONCE_MAX_ELEMENTS, DEFAULT_NUM_POINTS, _entropy_of_responsibilities, normal_points, shifted_normal_points
 
 Array = jnp.ndarray
 
@@ -167,12 +171,15 @@ def lowrank_mixing_qmc_entropy(
         v = (u @ p_flat).reshape(num_points, K, r) + jnp.einsum("kdr,kd->kr", p, a)[None]  # (M, K, r)
         return 0.5 * jnp.maximum(diag_part - jnp.sum(jnp.square(v), -1), 0.0)
 
-    @jax.checkpoint
     def mixing_term(args):
         log_joint = log_c[None] - half_quad(args)  # (M, K)
         return jnp.mean(_entropy_of_responsibilities(log_joint, finite[None]))
 
-    mix = lax.map(mixing_term, (locs, cov_factor, cov_diag))  # (K,)
+    xs = (locs, cov_factor, cov_diag)
+    if K * num_points * (d + K * r) <= ALL_AT_ONCE_MAX_ELEMENTS["lowrank"]:
+        mix = jax.vmap(mixing_term)(xs)  # all components at once
+    else:
+        mix = lax.map(jax.checkpoint(mixing_term), xs)  # one at a time, recomputed in the gradient
     h_gauss = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
     h_w = -jnp.sum(w * jnp.where(finite, log_weights, 0.0))
     return jnp.sum(w * (h_gauss - mix)) + h_w + d_log_c

@@ -41,10 +41,10 @@ Cost ``O(K^2 M d^2)`` (full) or ``O(K^2 M d)`` (diagonal, as matrix products). M
 while the work of all ``K`` components together fits in :data:`ALL_AT_ONCE_MAX_ELEMENTS`
 floats (``K^2 (M + d)`` diagonal, ``K^2 d (M + d)`` full) the components are evaluated at
 once (diagonal: all pairs ``(i, j)`` as two matrix products over the points; full: a
-``vmap``), which the small ``M`` of the ELBO's randomised rule needs for speed (measured
-on a 2-core CPU, value and gradient in a scanned loop: 0.25-0.8x the time of the
-one-at-a-time loop for diagonal K = 2-8, d = 3-1000, M = 16, and 0.4-0.8x for full K = 2-8,
-d = 3-100); beyond, the components are visited one at a time by a rematerialised
+``vmap``), which the small ``M`` of the ELBO's randomised rule needs for speed (value and
+gradient on a 2-core CPU, ``benchmarks/mixing_all_at_once.py``: 0.3-1.0x the time of the
+one-at-a-time loop at ``M = 16`` for diagonal ``K = 2-8``, ``d = 3-1000`` and full
+``K = 2-4``, ``d = 3-100``; 0.6-1.1x at ``M = 1024``); beyond, the components are visited one at a time by a rematerialised
 ``lax.map``, so the value and the gradient hold one component's work at a time:
 ``O(K M d + K d^2)`` floats (full: the ``(M, K, d)`` standardised differences and the
 ``K`` matrices ``L_j^{-1} L_i``) or ``O(K M + K d)`` (diagonal), for any ``K``.
@@ -74,9 +74,10 @@ Array = jnp.ndarray
 DEFAULT_NUM_POINTS = 1024
 
 #: Largest number of floats the mixing term may hold for all ``K`` components together
-#: (``K^2 (M + d)`` diagonal, ``K^2 M d + K^2 d^2`` full; 1 MiB and 4 MiB in float32)
-#: before it visits the components one at a time (see :func:`mixing_qmc_entropy`).
-ALL_AT_ONCE_MAX_ELEMENTS = {"diag": 1 << 18, "full": 1 << 20}
+#: (``K^2 (M + d)`` diagonal, ``K^2 d (M + d)`` full, ``K M (d + K r)`` low rank; 1, 4 and
+#: 4 MiB in float32) before it visits the components one at a time (see
+#: :func:`mixing_qmc_entropy`).
+ALL_AT_ONCE_MAX_ELEMENTS = {"diag": 1 << 18, "full": 1 << 20, "lowrank": 1 << 20}
 
 
 @lru_cache(maxsize=64)
