@@ -225,15 +225,32 @@ def test_hand_written_guide_with_dependent_site_matches_closed_form():
 # ----------------------------------------------------------------------------- gradients
 
 
-def test_logits_gradient_matches_finite_difference_and_quadrature():
+def _gradient_setup():
+    """``(y, guide, params, keys)`` of the two gradient tests below: the scale model's
+    two-component guide at fixed parameters, 4000 particle keys."""
     y = jnp.asarray(Y_SCALE, fdtype())
     # Order 4: at order 8 the float32 entropy jitters by ~1e-3 nats between nearby
     # parameters (the documented float32 accuracy), which a finite difference with
     # h = 1e-2 turns into gradient errors of ~0.05; order 4 jitters by ~1e-5.
     guide = AutoGaussianMixture(scale_model, num_components=2, entropy_order=4)
     setup_guide(guide, scale_model, y)
-    params = _mixture_params(fdtype())
-    keys = jax.random.split(jax.random.PRNGKey(4), 4000)
+    return y, guide, _mixture_params(fdtype()), jax.random.split(jax.random.PRNGKey(4), 4000)
+
+
+def _exact_logits_gradient(params):
+    """The exact ELBO's gradient in the logits (quadrature of the cross term and grid
+    entropy, differentiated by central differences in float64)."""
+
+    def exact_loss(lg):
+        cross, _, entropy = _mixture_reference({**params, "auto_logits": np.asarray(lg)})
+        return -(cross + entropy)
+
+    lg = np.asarray(params["auto_logits"], np.float64)
+    return np.array([(exact_loss(lg + 1e-4 * e) - exact_loss(lg - 1e-4 * e)) / 2e-4 for e in np.eye(2)])
+
+
+def test_logits_gradient_matches_finite_difference_and_quadrature():
+    y, guide, params, keys = _gradient_setup()
 
     @jax.jit
     def per_particle(logits):
@@ -263,14 +280,8 @@ def test_logits_gradient_matches_finite_difference_and_quadrature():
     np.testing.assert_allclose(g, fd, **tol)
     assert np.all(np.abs(g) > 0.05)
 
-    # The gradient's expectation is the exact gradient of the exact ELBO (quadrature of the
-    # cross term and grid entropy, differentiated by central differences in float64).
-    def exact_loss(lg):
-        cross, _, entropy = _mixture_reference({**params, "auto_logits": np.asarray(lg)})
-        return -(cross + entropy)
-
-    lg = np.asarray(logits, np.float64)
-    exact = np.array([(exact_loss(lg + 1e-4 * e) - exact_loss(lg - 1e-4 * e)) / 2e-4 for e in np.eye(2)])
+    # The gradient's expectation is the exact gradient of the exact ELBO.
+    exact = _exact_logits_gradient(params)
     se = grads.std(0) / np.sqrt(len(grads))
     # 0.02: the derivative of the entropy approximation's error (1-D, Legendre default order)
     np.testing.assert_array_less(np.abs(g - exact), 4 * se + 0.02)
@@ -281,11 +292,7 @@ def test_common_noise_for_the_weights_only_keeps_the_value_and_the_other_gradien
     # factors are those of independent draws (the same key gives the same numbers), and only
     # the logits' gradient comes from terms on common draws, whose expectation is the exact
     # gradient (quadrature, as in the test above).
-    y = jnp.asarray(Y_SCALE, fdtype())
-    guide = AutoGaussianMixture(scale_model, num_components=2, entropy_order=4)
-    setup_guide(guide, scale_model, y)
-    params = _mixture_params(fdtype())
-    keys = jax.random.split(jax.random.PRNGKey(4), 4000)
+    y, guide, params, keys = _gradient_setup()
 
     def both(key):  # per particle, independent and "weights", in one program
         return [
@@ -301,14 +308,8 @@ def test_common_noise_for_the_weights_only_keeps_the_value_and_the_other_gradien
     grads = np.asarray(g_w["auto_logits"], np.float64)
     assert not np.allclose(grads, np.asarray(g_ind["auto_logits"], np.float64))
 
-    def exact_loss(lg):
-        cross, _, entropy = _mixture_reference({**params, "auto_logits": np.asarray(lg)})
-        return -(cross + entropy)
-
-    lg = np.asarray(params["auto_logits"], np.float64)
-    exact = np.array([(exact_loss(lg + 1e-4 * e) - exact_loss(lg - 1e-4 * e)) / 2e-4 for e in np.eye(2)])
     se = grads.std(0) / np.sqrt(len(grads))
-    np.testing.assert_array_less(np.abs(grads.mean(0) - exact), 4 * se + 0.02)
+    np.testing.assert_array_less(np.abs(grads.mean(0) - _exact_logits_gradient(params)), 4 * se + 0.02)
 
 
 # ----------------------------------------------------------------------------- inference
