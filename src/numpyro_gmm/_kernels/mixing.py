@@ -44,8 +44,9 @@ once (diagonal: all pairs ``(i, j)`` as two matrix products over the points; ful
 ``vmap``), which the small ``M`` of the ELBO's randomised rule needs for speed (value and
 gradient on a 2-core CPU, ``benchmarks/mixing_all_at_once.py``: 0.3-1.0x the time of the
 one-at-a-time loop at ``M = 16`` for diagonal ``K = 2-8``, ``d = 3-1000`` and full
-``K = 2-4``, ``d = 3-100``; 0.6-1.1x at ``M = 1024``); beyond, the components are visited one at a time by a rematerialised
-``lax.map``, so the value and the gradient hold one component's work at a time:
+``K = 2-4``, ``d = 3-100``; 0.6-1.1x at ``M = 1024``); beyond, the components are
+visited one at a time by a rematerialised ``lax.map``, so the value and the gradient hold
+one component's work at a time:
 ``O(K M d + K d^2)`` floats (full: the ``(M, K, d)`` standardised differences and the
 ``K`` matrices ``L_j^{-1} L_i``) or ``O(K M + K d)`` (diagonal), for any ``K``.
 
