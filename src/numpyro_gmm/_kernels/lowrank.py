@@ -65,7 +65,7 @@ from jax import lax
 
 from .bounds import LOG_2PI
 from .gaussian import cholesky, tril_inverse
-from .mixing import ALL_AT_ONCE_MAX_ELEMENTS, DEFAULT_NUM_POINTS, _entropy_of_responsibilities, normal_points, shifted_normal_points
+from .mixing import DEFAULT_NUM_POINTS, _entropy_of_responsibilities, normal_points, over_components, shifted_normal_points
 
 Array = jnp.ndarray
 
@@ -175,11 +175,7 @@ def lowrank_mixing_qmc_entropy(
         log_joint = log_c[None] - half_quad(args)  # (M, K)
         return jnp.mean(_entropy_of_responsibilities(log_joint, finite[None]))
 
-    xs = (locs, cov_factor, cov_diag)
-    if K * num_points * (d + K * r) <= ALL_AT_ONCE_MAX_ELEMENTS["lowrank"]:
-        mix = jax.vmap(mixing_term)(xs)  # all components at once
-    else:
-        mix = lax.map(jax.checkpoint(mixing_term), xs)  # one at a time, recomputed in the gradient
+    mix = over_components(mixing_term, (locs, cov_factor, cov_diag), K * num_points * (d + K * r), "lowrank")
     h_gauss = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
     h_w = -jnp.sum(w * jnp.where(finite, log_weights, 0.0))
     return jnp.sum(w * (h_gauss - mix)) + h_w + d_log_c

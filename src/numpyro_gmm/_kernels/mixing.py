@@ -81,6 +81,16 @@ DEFAULT_NUM_POINTS = 1024
 ALL_AT_ONCE_MAX_ELEMENTS = {"diag": 1 << 18, "full": 1 << 20, "lowrank": 1 << 20}
 
 
+def over_components(fn, xs, work: int, kind: str) -> Array:
+    """``fn`` over the components (the leading axis of the arrays ``xs``): all at once (a
+    ``vmap``) while their ``work`` floats fit in ``ALL_AT_ONCE_MAX_ELEMENTS[kind]``, else one
+    at a time by a rematerialised ``lax.map`` (the gradient recomputes each component's work
+    instead of keeping it)."""
+    if work <= ALL_AT_ONCE_MAX_ELEMENTS[kind]:
+        return jax.vmap(fn)(xs)
+    return lax.map(jax.checkpoint(fn), xs)
+
+
 @lru_cache(maxsize=64)
 def sobol_points(num_points: int, d: int) -> np.ndarray:
     """``(M, d)`` float64 points ``u_m`` in ``[0, 1)^d``: the first ``M = 2^k`` points of the
@@ -222,6 +232,6 @@ def mixing_qmc_entropy(
         log_joint = log_c[None] - half_sq_dist(args)  # (M, K)
         return jnp.mean(_entropy_of_responsibilities(log_joint, finite[None]))
 
-    if scale is None and K * K * d * (num_points + d) <= ALL_AT_ONCE_MAX_ELEMENTS["full"]:
-        return total(jax.vmap(mixing_term)(xs))  # all components at once
-    return total(lax.map(jax.checkpoint(mixing_term), xs))  # one at a time, recomputed in the gradient
+    if scale is None:
+        return total(over_components(mixing_term, xs, K * K * d * (num_points + d), "full"))
+    return total(lax.map(jax.checkpoint(mixing_term), xs))  # diagonal beyond its limit: one at a time
