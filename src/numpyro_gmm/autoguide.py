@@ -117,8 +117,8 @@ class AutoGaussianMixture(AutoContinuous):
     2. from each, a short independent ADVI fit of a *diagonal Gaussian* to the posterior
        (``init_fit_steps`` steps of Adam, learning rate ``init_fit_lr`` decaying linearly
        to a tenth, 2 draws per step, all ``M`` fits in one ``vmap`` / ``lax.scan``;
-       starting standard deviation ``init_scale``);
-    2b. for ``latent_dim <= NEWTON_MAX_DIM`` (100), each fit's mean refined by up to
+       starting standard deviation ``init_scale``); then, for
+       ``latent_dim <= NEWTON_MAX_DIM`` (100), each fit's mean refined by up to
        ``init_newton_steps`` damped Newton steps on the potential (a step only where the
        Hessian is positive definite, never one that raises the potential), its standard
        deviations set to ``1 / sqrt(diag(Hessian))`` and every fit scored again on 64 draws
@@ -130,7 +130,8 @@ class AutoGaussianMixture(AutoContinuous):
        fits stopped about 93 units short and both components started in one mode in 2 of 4
        seeds; with the refinement the components start at the posterior's location and on
        both modes (``tests/test_autoguide_modes.py``);
-    3. among the fits whose ELBO (mean over their last half of steps) is within
+    3. among the fits whose ELBO (the refined score; without the refinement the mean over
+       their last half of steps) is within
        ``init_tolerance`` nats of the best, farthest-point selection of ``K`` fits in the
        standardised distance :math:`\sum_i (m_{ji} - m_{li})^2 / (s_{ji}^2 + s_{li}^2)`,
        starting from the best, then each choice replaced by the best-scoring eligible fit
