@@ -18,7 +18,7 @@ from numpyro.infer.initialization import init_to_sample, init_to_uniform
 from ._kernels.init_fits import (
     choose_separated,
     fit_diagonal_gaussians,
-    laplace_from_hessians,
+    laplace_from_cholesky,
     laplace_scale_tril,
     newton_refine,
 )
@@ -325,28 +325,30 @@ class AutoGaussianMixture(AutoContinuous):
         """Run steps 1-3 of the class docstring: ``(locs (K, d), scales (K, d), chosen (K,),
         fits)``, ``fits = (locs (M, d), scales (M, d), scores (M,))`` of all fits. Needs
         the guide's prototype (its first call)."""
-        return self._fits_and_hessians(rng_key)[:4]
+        return self._fits_and_curvature(rng_key)[:4]
 
-    def _fits_and_hessians(self, rng_key):
-        """:meth:`initial_fits` and the chosen fits' Hessians ``(K, d, d)`` from the Newton
-        refinement (``None`` where it did not run)."""
+    def _latent_potential(self, z):
+        """The potential (minus the log joint density) at an unconstrained latent vector."""
+        return self._potential_fn(self._unpack_latent(z))
+
+    def _fits_and_curvature(self, rng_key):
+        """:meth:`initial_fits` and the Cholesky factors ``(K, d, d)`` of the chosen fits'
+        Hessians from the Newton refinement (``None`` where it did not run)."""
         start_key, fit_key = jax.random.split(rng_key)
         starts = self.starting_points(start_key)
-        potential = self._potential_fn
-        potential_fn = lambda z: potential(self._unpack_latent(z))  # noqa: E731
         locs, scales, scores = fit_diagonal_gaussians(
-            potential_fn, starts, jnp.log(self._init_scale), fit_key,
+            self._latent_potential, starts, jnp.log(self._init_scale), fit_key,
             num_steps=self.init_fit_steps, learning_rate=self.init_fit_lr, num_particles=2,
         )
-        hessians = None
+        chols = None
         if self.init_newton_steps and self.latent_dim <= NEWTON_MAX_DIM:
-            locs, scales, scores, hessians = newton_refine(
-                potential_fn, locs, scales, jax.random.fold_in(rng_key, 1),
+            locs, scales, scores, chols = newton_refine(
+                self._latent_potential, locs, scales, jax.random.fold_in(rng_key, 1),
                 num_steps=self.init_newton_steps, num_draws=NEWTON_SCORE_DRAWS,
             )
         chosen = choose_separated(locs, scales, scores, self.num_components, self.init_tolerance)
         return (locs[chosen], scales[chosen], chosen, (locs, scales, scores),
-                None if hessians is None else hessians[chosen])
+                None if chols is None else chols[chosen])
 
     # -- parameters -----------------------------------------------------------------------
 
@@ -358,14 +360,12 @@ class AutoGaussianMixture(AutoContinuous):
         """``(locs (K, d), scales (K, d), scale_tril (K, d, d) or None)`` of the initial
         components of ``init_method="fits"`` (steps 1-4 of the class docstring); the
         Laplace factors only for ``covariance="full"``. Needs the guide's prototype."""
-        locs, scales, _, _, hessians = self._fits_and_hessians(rng_key)
+        locs, scales, _, _, chols = self._fits_and_curvature(rng_key)
         if self.covariance != "full":
             return locs, scales, None
-        if hessians is not None:  # the refinement's Hessians at these means: one less to compile
-            return locs, scales, laplace_from_hessians(hessians, scales)
-        potential = self._potential_fn
-        tril = laplace_scale_tril(lambda z: potential(self._unpack_latent(z)), locs, scales)
-        return locs, scales, tril
+        if chols is not None:  # the refinement's factored Hessians at these means
+            return locs, scales, laplace_from_cholesky(chols, scales)
+        return locs, scales, laplace_scale_tril(self._latent_potential, locs, scales)
 
     def _initial_values(self, rng_key):
         """``(locs (K, d), scales (K, d), scale_tril)`` of the initial components;

@@ -136,8 +136,9 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
     :param key: PRNG key of the ``num_draws`` standard-normal draws shared by every fit's score.
     :param num_steps: Newton iterations (each ``d`` Hessian-vector products and a ``d x d``
         Cholesky factorisation per fit).
-    :return: ``(locs (M, d), scales (M, d), scores (M,), hessians (M, d, d))``, the last the
-        symmetrised Hessians at the refined means (for :func:`laplace_from_hessians`).
+    :return: ``(locs (M, d), scales (M, d), scores (M,), chols (M, d, d))``, the last the
+        lower Cholesky factors of the symmetrised Hessians at the refined means (NaN where
+        not positive definite; for :func:`laplace_from_cholesky`).
     """
     M, d = locs.shape
     dtype = locs.dtype
@@ -160,7 +161,7 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
         return g, h, chol, ok
 
     def body(_, state):  # one fit: apply the pending step (line search), then plan the next
-        m, u, step, _h, _ok = state
+        m, u, step, _h, _chol, _ok = state
         trial = m + lengths[:, None] * step
         u_trial = jax.vmap(potential_fn)(trial)
         better = jnp.isfinite(u_trial) & (u_trial <= u)
@@ -171,19 +172,19 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
         # H^-1 g = L^-T L^-1 g, without LAPACK; zero where H is not PD or g not finite
         newton = precision_of_tril(jnp.where(ok, chol, jnp.eye(d, dtype=dtype))) @ g
         step = jnp.where(ok & jnp.all(jnp.isfinite(g)), -newton, 0.0)
-        return m, u, step, h, ok
+        return m, u, step, jnp.diagonal(h), chol, ok
 
     def refine(m):
         u = potential_fn(m)
         u = jnp.where(jnp.isfinite(u), u, jnp.inf)
-        state = (m, u, jnp.zeros_like(m), jnp.zeros((d, d), dtype), jnp.array(False))
+        zeros = jnp.zeros((d, d), dtype)
+        state = (m, u, jnp.zeros_like(m), jnp.zeros_like(m), zeros, jnp.array(False))
         # num_steps + 1 passes: the first only plans (its step is zero), so the last leaves
         # the curvature at the final mean
-        m, _, _, h, ok = lax.fori_loop(0, num_steps + 1, body, state)
-        return m, h, ok
+        m, _, _, diag, chol, ok = lax.fori_loop(0, num_steps + 1, body, state)
+        return m, diag, chol, ok
 
-    locs, hess, ok = jax.vmap(refine)(locs)
-    diag = jnp.diagonal(hess, axis1=-2, axis2=-1)
+    locs, diag, chols, ok = jax.vmap(refine)(locs)
     scales = jnp.where(ok[:, None], lax.rsqrt(jnp.where(ok[:, None], diag, 1.0)), scales)
     eps = random.normal(key, (num_draws, d), dtype)
 
@@ -192,7 +193,7 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
         value = -jnp.mean(u) + jnp.sum(jnp.log(s))
         return jnp.where(jnp.isfinite(value), value, -jnp.inf)
 
-    return locs, scales, jax.vmap(score)(locs, scales), hess
+    return locs, scales, jax.vmap(score)(locs, scales), chols
 
 
 def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int, tolerance: float) -> Array:
@@ -244,21 +245,22 @@ def laplace_scale_tril(potential_fn, locs: Array, scales: Array) -> Array:
     :param locs: ``(K, d)``; :param scales: ``(K, d)`` fallback standard deviations.
     """
     hessians = jax.vmap(jax.hessian(potential_fn))(locs)
-    return laplace_from_hessians(0.5 * (hessians + jnp.swapaxes(hessians, -1, -2)), scales)
+    # the package's LAPACK-free factorisation (a batched LAPACK call can deadlock on 2 cores,
+    # see numpyro_gmm._kernels.gaussian); NaN where H is not positive definite
+    return laplace_from_cholesky(cholesky(0.5 * (hessians + jnp.swapaxes(hessians, -1, -2))), scales)
 
 
-def laplace_from_hessians(hessians: Array, scales: Array) -> Array:
-    """``(K, d, d)`` lower Cholesky factors of ``H_k^-1`` for symmetric ``hessians (K, d, d)``,
+def laplace_from_cholesky(chols: Array, scales: Array) -> Array:
+    """``(K, d, d)`` lower Cholesky factors of ``H_k^-1`` from those of the Hessians,
+    ``chols (K, d, d)`` (``H_k = L_k L_k^T``; NaN where ``H_k`` is not positive definite),
     ``diag(scales_k)`` where that fails (see :func:`laplace_scale_tril`)."""
-    d = hessians.shape[-1]
-    eye = jnp.eye(d, dtype=hessians.dtype)
+    d = chols.shape[-1]
+    eye = jnp.eye(d, dtype=chols.dtype)
 
-    def one(hess, scale):
-        # the package's LAPACK-free factorisations (a batched LAPACK call can deadlock on
-        # 2 cores, see numpyro_gmm._kernels.gaussian); NaN where H is not positive definite
-        cov = precision_of_tril(cholesky(hess))  # H^-1 = L^-T L^-1 with H = L L^T
+    def one(chol, scale):
+        cov = precision_of_tril(chol)  # H^-1 = L^-T L^-1 with H = L L^T
         tril = cholesky(0.5 * (cov + cov.T))
         ok = jnp.all(jnp.isfinite(tril)) & jnp.all(jnp.diagonal(tril) > 0)
         return jnp.where(ok, tril, scale[:, None] * eye)
 
-    return jax.vmap(one)(hessians, scales)
+    return jax.vmap(one)(chols, scales)
