@@ -80,6 +80,23 @@ def test_1d_hard_cases(family):
     assert abs(float(auto_entropy(*pos, **kw)) - truth) < TOL
 
 
+@pytest.mark.parametrize("diagonal", [True, False])
+def test_fixed_rule_stays_inside_its_certified_bracket(diagonal):
+    # A narrow spike of weight 1e-6 half a sd from a wide component's centre: no fixed point
+    # of the wide component lands in the spike, so before the cap the rule was 5.9e-6 nats
+    # above the truth in float64 and above the upper bound of entropy_bounds() (the
+    # moment-matched Gaussian's, 4e-9 above the truth). Truth: adaptive quadrature.
+    w, locs, sds = np.array([1 - 1e-6, 1e-6]), np.array([0.0, 0.5]), np.array([1.0, 1e-4])
+    truth = _entropy_1d_quad(w, locs, sds)
+    scales = {"scale": _as(sds[:, None])} if diagonal else {"scale_tril": _as(sds[:, None, None])}
+    gm = GaussianMixture(_as(locs[:, None]), probs=_as(w), **scales)
+    h, g = jax.value_and_grad(lambda m: GaussianMixture(m, probs=_as(w), **scales).entropy())(_as(locs[:, None]))
+    lo, hi = gm.entropy_bounds()
+    assert float(lo) <= float(h) <= float(hi), (float(lo), float(h), float(hi))
+    assert abs(float(h) - truth) < (1e-7 if X64 else 5e-5), (float(h), truth)
+    assert bool(jnp.all(jnp.isfinite(g)))
+
+
 @pytest.mark.parametrize("family, K", [("weights", 8), ("thin", 4), ("overlap", 16)])
 def test_2d_hard_cases_full(family, K):
     # Crossing thin ellipses (condition 1e4) are ridges a Gauss-Hermite grid in another
