@@ -32,9 +32,10 @@ Kolchinsky & Tracey (*Estimating mixture entropy with pairwise distances*, Entro
 Properties. Deterministic (a fixed point set) and differentiable in every parameter (the
 points are moved by ``x = mu_i + L_i z``; the weights enter in closed form and through
 ``r``). Exact for one component in any dimension, and for components so far apart that
-``r`` is one-hot wherever ``N_i`` has mass. Not a bound, but in ``d <= 2`` the fixed rule is
-capped at the moment-matched Gaussian's entropy, a certified upper bound (:func:`certified_upper`;
-the truth lies below it, so the cap only moves the estimate towards it). Because ``0 <= H(r) <= ln K``, an
+``r`` is one-hot wherever ``N_i`` has mass. Not a bound, but the fixed rule is capped at a
+certified upper bound that needs no factorisation (:func:`certified_upper`: the moment-matched
+Gaussian's entropy in ``d <= 2``, Hadamard's bound on it beyond; the truth lies below it, so the
+cap only moves the estimate towards it). Because ``0 <= H(r) <= ln K``, an
 i.i.d. rule with ``M`` points per component would have a standard error of at most
 ``ln(K) / (2 sqrt(M))``; the Sobol' points do better in practice (measured errors in the
 documentation's accuracy table). Float32 is safe: the log-densities enter only through a
@@ -144,42 +145,66 @@ def _entropy_of_responsibilities(log_joint: Array, finite: Array) -> Array:
     return lse[..., 0] - jnp.sum(r * jnp.where(finite, log_joint, 0.0), axis=-1)
 
 
-#: Largest dimension in which the fixed rule is capped (:func:`certified_upper`).
-CAP_MAX_DIM = 2
+def certified_upper(
+    log_weights: Array, locs: Array, scale_tril: Array | None, scale: Array | None, tril_inv: Array | None = None
+) -> Array:
+    """The fixed rule's cap: a certified upper bound on the entropy that needs no
+    factorisation, widened for rounding (``8 eps (1 + |upper|)``, half the widening of
+    ``entropy_bounds``); ``+inf`` where not finite.
 
+    The bound is the moment-matched Gaussian's entropy ``1/2 ln|2 pi e Sigma_mix|`` where its
+    determinant is a closed form (``d <= 2``), and beyond it the same with Hadamard's
+    inequality ``|A| <= prod_l A_ll`` (``A`` positive definite) in place of the determinant:
+    for diagonal covariances ``A = Sigma_mix`` (the sum of the coordinates' moment-matched
+    entropies, ``O(K d)``); for full ones in the coordinates whitened by the heaviest
+    component, ``|Sigma_mix| = |L_h|^2 |A|`` with ``A = L_h^-1 Sigma_mix L_h^-T`` (``O(K d^3)``,
+    as the rule's own ``L_j^-1 L_i``; ``tril_inv``, the rule's ``L_k^-1`` if given, saves
+    the inverse). Equal to the moment-matched bound when ``A`` is diagonal, e.g. a mixture
+    that is nearly one component. No factorisation.
 
-def certified_upper(log_weights: Array, locs: Array, scale_tril: Array | None, scale: Array | None) -> Array:
-    """The fixed rule's cap in ``d <= CAP_MAX_DIM``: the moment-matched Gaussian's entropy
-    ``1/2 ln|2 pi e Sigma_mix|``, a certified upper bound, widened for rounding like
-    ``entropy_bounds`` (``16 eps (1 + |upper|)``); ``+inf`` where not finite.
-
-    Why: the fixed rule misses the mixing term where a narrow component of tiny weight sits
-    inside a wide one and no point of the wide one lands in it (float64, weights
-    ``[1 - 1e-6, 1e-6]``, means 0 and 0.5, scales 1 and ``1e-4`` in 1-D: ``+5.9e-6`` nats,
-    above the bracket of ``entropy_bounds``, whose moment-matched upper bound is ``4e-9``
-    above the truth). The truth lies below every upper bound, so ``min(estimate, bound)`` is
-    never further from it than the estimate. Huber's upper bound needs no cap: it is the rule
-    with a zero mixing term. Cost: ``Sigma_mix`` is ``1 x 1`` or ``2 x 2`` and its determinant
-    a closed form (no factorisation), ``O(K)``; measured +0.3-0.5 s of compilation of the
-    value and gradient (1.4-2.2 s without it; K = 4-8, diagonal and full; 2-core CPU). In higher ``d`` the determinant needs a Cholesky factorisation, whose
-    compilation (with the pairwise Kullback-Leibler bound for diagonal covariances) measured
-    +1.9 s at ``K = 8``, ``d = 10`` diagonal and +3.5 s at ``K = 4``, ``d = 100`` full, on a
-    default that compiles in 2-4 s; there the rule is not capped. Inputs in the rule's
-    rescaled units (:func:`~numpyro_gmm._kernels.bounds.rescaled`).
+    Why: the fixed rule misses part of the mixing term where a narrow component of small
+    weight sits inside a wide one and few of the wide one's points land in it. Measured in
+    float64 (spike of weight ``w``, scale ``s`` in every coordinate, at distance ``x`` from a
+    unit Gaussian's centre): 1-D, ``w = 1e-6``, ``s = 1e-4``, ``x = 0.5``: ``+5.9e-6`` nats from
+    quadrature; 3-D, ``w = 1e-4``, ``s = 0.1``, ``x = 0``: ``+3.5e-4`` from a 65,536-point rule;
+    5-D, ``x = 0.5``: ``+8e-5``; each above the upper bound of ``entropy_bounds``. The truth
+    lies below every upper bound, so ``min(estimate, bound)`` is never further from it than the
+    estimate (capped: ``+4e-9``, ``+1.7e-6``, ``+3.5e-5``). Huber's upper bound needs no cap: it
+    is the rule with a zero mixing term. Inputs in the rule's rescaled units
+    (:func:`~numpyro_gmm._kernels.bounds.rescaled`).
     """
     d = locs.shape[-1]
     w = jnp.exp(log_weights)
     dev = locs - w @ locs
-    var = jnp.square(scale) if scale is not None else None
-    cov = jnp.einsum("k,ki,kj->ij", w, dev, dev)
     if scale is not None:
-        cov = cov + jnp.diag(w @ var)
+        var = jnp.square(scale)  # (K, d) component variances
     else:
-        cov = cov + jnp.einsum("k,kia,kja->ij", w, scale_tril, scale_tril)
-    det = cov[0, 0] if d == 1 else cov[0, 0] * cov[1, 1] - cov[0, 1] * cov[1, 0]
-    upper = 0.5 * (d * (LOG_2PI + 1.0) + jnp.log(det))
+        var = jnp.sum(jnp.square(scale_tril), -1)  # diag(L L^T)
+    if d <= 2:
+        cov = jnp.einsum("k,ki,kj->ij", w, dev, dev)
+        if scale is not None:
+            cov = cov + jnp.diag(w @ var)
+        else:
+            cov = cov + jnp.einsum("k,kia,kja->ij", w, scale_tril, scale_tril)
+        log_det = jnp.log(cov[0, 0] if d == 1 else cov[0, 0] * cov[1, 1] - cov[0, 1] * cov[1, 0])
+    elif scale is not None:
+        log_det = jnp.sum(jnp.log(w @ (var + jnp.square(dev))))  # Hadamard: sum of ln Var X_l
+    else:
+        # Hadamard in the coordinates whitened by the heaviest component h (|Sigma_mix| =
+        # |L_h|^2 |L_h^-1 Sigma_mix L_h^-T|): tight when the mixture is nearly that component,
+        # whatever its correlations. O(K d^3) for the K products L_h^-1 L_k.
+        h = jnp.argmax(log_weights)
+        inv_h = tril_inverse(scale_tril[h]) if tril_inv is None else tril_inv[h]
+        white_var = jnp.sum(jnp.square(jnp.einsum("ab,kbc->kac", inv_h, scale_tril)), -1)  # (K, d)
+        white_dev = dev @ inv_h.T  # (K, d)
+        log_det = 2.0 * jnp.sum(jnp.log(jnp.abs(jnp.diagonal(scale_tril[h])))) + jnp.sum(
+            jnp.log(w @ (white_var + jnp.square(white_dev)))
+        )
+    upper = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
     upper = jnp.where(jnp.isfinite(upper), upper, jnp.inf)
-    return upper + 16.0 * jnp.finfo(upper.dtype).eps * (1.0 + jnp.abs(upper))
+    # half the widening of entropy_bounds' bracket (16 eps), so that a capped value stays
+    # inside that bracket after the rounding of adding the rescaling's d ln c
+    return upper + 8.0 * jnp.finfo(upper.dtype).eps * (1.0 + jnp.abs(upper))
 
 
 def mixing_qmc_entropy(
@@ -215,10 +240,12 @@ def mixing_qmc_entropy(
     h_gauss = component_entropies(scale_tril, scale, d)
     h_w = -jnp.sum(w * jnp.where(finite, log_weights, 0.0))  # w = 0 where not finite
 
+    l_inv = None  # the full branch's L_k^-1, which the cap reuses
+
     def total(mix):  # (K,) mixing terms -> the entropy
         h = jnp.sum(w * (h_gauss - mix)) + h_w
-        if key is None and d <= CAP_MAX_DIM:  # the fixed rule: never above a certified upper bound
-            h = jnp.minimum(h, certified_upper(log_weights, locs, scale_tril, scale))
+        if key is None:  # the fixed rule: never above a certified upper bound
+            h = jnp.minimum(h, certified_upper(log_weights, locs, scale_tril, scale, l_inv))
         return h + d_log_c
 
     if scale is not None and K * K * (num_points + d) <= ALL_AT_ONCE_MAX_ELEMENTS["diag"]:
