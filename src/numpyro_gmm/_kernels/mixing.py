@@ -69,7 +69,7 @@ from jax import lax
 from scipy.special import ndtri
 from scipy.stats import qmc
 
-from .bounds import LOG_2PI, component_entropies, log_abs_det, rescaled
+from .bounds import LOG_2PI, component_entropies, covariances, log_abs_det, rescaled
 from .gaussian import tril_inverse
 
 Array = jnp.ndarray
@@ -176,19 +176,11 @@ def certified_upper(
     d = locs.shape[-1]
     w = jnp.exp(log_weights)
     dev = locs - w @ locs
-    if scale is not None:
-        var = jnp.square(scale)  # (K, d) component variances
-    else:
-        var = jnp.sum(jnp.square(scale_tril), -1)  # diag(L L^T)
     if d <= 2:
-        cov = jnp.einsum("k,ki,kj->ij", w, dev, dev)
-        if scale is not None:
-            cov = cov + jnp.diag(w @ var)
-        else:
-            cov = cov + jnp.einsum("k,kia,kja->ij", w, scale_tril, scale_tril)
+        cov = jnp.einsum("k,kij->ij", w, covariances(scale_tril, scale)) + jnp.einsum("k,ki,kj->ij", w, dev, dev)
         log_det = jnp.log(cov[0, 0] if d == 1 else cov[0, 0] * cov[1, 1] - cov[0, 1] * cov[1, 0])
-    elif scale is not None:
-        log_det = jnp.sum(jnp.log(w @ (var + jnp.square(dev))))  # Hadamard: sum of ln Var X_l
+    elif scale is not None:  # Hadamard: the sum of ln Var X_l
+        log_det = jnp.sum(jnp.log(w @ (jnp.square(scale) + jnp.square(dev))))
     else:
         # Hadamard in the coordinates whitened by the heaviest component h (|Sigma_mix| =
         # |L_h|^2 |L_h^-1 Sigma_mix L_h^-T|): tight when the mixture is nearly that component,
@@ -197,9 +189,7 @@ def certified_upper(
         inv_h = tril_inverse(scale_tril[h]) if tril_inv is None else tril_inv[h]
         white_var = jnp.sum(jnp.square(jnp.einsum("ab,kbc->kac", inv_h, scale_tril)), -1)  # (K, d)
         white_dev = dev @ inv_h.T  # (K, d)
-        log_det = 2.0 * jnp.sum(jnp.log(jnp.abs(jnp.diagonal(scale_tril[h])))) + jnp.sum(
-            jnp.log(w @ (white_var + jnp.square(white_dev)))
-        )
+        log_det = 2.0 * log_abs_det(scale_tril, None)[h] + jnp.sum(jnp.log(w @ (white_var + jnp.square(white_dev))))
     upper = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
     upper = jnp.where(jnp.isfinite(upper), upper, jnp.inf)
     # half the widening of entropy_bounds' bracket (16 eps), so that a capped value stays
