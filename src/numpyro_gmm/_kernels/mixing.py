@@ -230,9 +230,7 @@ def mixing_qmc_entropy(
     h_gauss = component_entropies(scale_tril, scale, d)
     h_w = -jnp.sum(w * jnp.where(finite, log_weights, 0.0))  # w = 0 where not finite
 
-    l_inv = None  # the full branch's L_k^-1, which the cap reuses
-
-    def total(mix):  # (K,) mixing terms -> the entropy
+    def total(mix, l_inv=None):  # (K,) mixing terms -> the entropy; l_inv: the full branch's L_k^-1
         h = jnp.sum(w * (h_gauss - mix)) + h_w
         if key is None:  # the fixed rule: never above a certified upper bound
             h = jnp.minimum(h, certified_upper(log_weights, locs, scale_tril, scale, l_inv))
@@ -293,5 +291,5 @@ def mixing_qmc_entropy(
         return jnp.mean(_entropy_of_responsibilities(log_joint, finite[None]))
 
     if scale is None:
-        return total(over_components(mixing_term, xs, K * K * d * (num_points + d), "full"))
+        return total(over_components(mixing_term, xs, K * K * d * (num_points + d), "full"), l_inv)
     return total(lax.map(jax.checkpoint(mixing_term), xs))  # diagonal beyond its limit: one at a time
