@@ -117,6 +117,118 @@ def test_fixed_rule_stays_below_its_certified_upper_bound(d, weight, scale, shif
         assert abs(float(h) - truth) < (1e-7 if X64 else 5e-5), (float(h), truth)
 
 
+def _bracket_case(kind, d, weight, scale, shift):
+    """``(locs, build)``: a wide Gaussian (diagonal: unit; full and low-rank: equicorrelated,
+    covariance ``0.4 I + 0.6 1 1^T``) and a narrow isotropic component of sd ``scale`` and
+    weight ``weight``, ``shift`` from the centre (diagonal: along the first axis; otherwise
+    along ``(1, ..., 1)``); ``build(locs)`` is the GaussianMixture."""
+    w, locs = _as(np.array([1 - weight, weight])), np.zeros((2, d))
+    if kind == "diag":
+        locs[1, 0] = shift
+        cov = {"scale": _as(np.stack([np.ones(d), np.full(d, scale)]))}
+    elif kind == "full":
+        locs[1] = shift
+        cov = {"covariance_matrix": _as(np.stack([0.4 * np.eye(d) + 0.6, scale**2 * np.eye(d)]))}
+    else:
+        locs[1] = shift
+        factor = np.stack([np.full((d, 1), 0.6**0.5), np.zeros((d, 1))])
+        cov = {"cov_factor": _as(factor), "cov_diag": _as(np.stack([np.full(d, 0.4), np.full(d, scale**2)]))}
+    return _as(locs), lambda m: GaussianMixture(m, probs=w, **cov)
+
+
+@pytest.mark.parametrize(
+    "kind, d, weight, scale, shift",
+    [
+        ("diag", 2, 1e-4, 0.01, 0.5),  # float64 before the floor: 6.2e-5 below the lower bound
+        ("full", 3, 1e-4, 0.1, 2.0),  # 2.9e-4 below
+        ("lowrank", 1, 1e-4, 0.01, 2.0),  # 3.7e-4 above (no cap on the low-rank rule before)
+        ("lowrank", 2, 1e-4, 0.01, 0.5),  # 4.9e-4 below
+        ("lowrank", 5, 1e-4, 0.1, 0.0),  # 1.6e-4 above
+    ],
+)
+def test_fixed_rule_stays_inside_its_certified_bracket(kind, d, weight, scale, shift):
+    # The fixed rule is clipped to [heaviest-pair Bhattacharyya floor, certified cap]; each
+    # case left entropy_bounds()' bracket (the independent certificate: closed forms checked
+    # against quadrature and Monte Carlo in test_estimators.py) by the amount given, in
+    # float64. The floor and the low-rank cap are bounds of their own, a little looser than
+    # entropy_bounds' (measured within 6e-7 and 8e-8 of it on these families), hence the slack.
+    locs, build = _bracket_case(kind, d, weight, scale, shift)
+    gm = build(locs)
+    h = float(gm.entropy())
+    lo, hi = (float(b) for b in gm.entropy_bounds())
+    slack = 1e-6 * (1.0 + abs(hi))
+    assert lo - slack <= h <= hi + slack, (lo, h, hi)
+    assert hi - lo > 10 * slack  # the bracket is not so wide that the check is empty
+    assert bool(jnp.all(jnp.isfinite(jax.grad(lambda m: build(m).entropy())(locs))))
+    if d == 1:  # low-rank in 1-D: variance W^2 + D; adaptive quadrature
+        sd = np.sqrt([1.0, scale**2])
+        truth = _entropy_1d_quad(np.array([1 - weight, weight]), [0.0, shift], sd)
+        assert abs(h - truth) < (1e-5 if X64 else 5e-5), (h, truth)  # float64: 2.5e-6 (was 3.7e-4)
+
+
+@pytest.mark.parametrize("kind", ["diag", "full", "lowrank"])
+def test_bracket_bounds_are_no_tighter_than_the_closed_forms(kind):
+    # The fixed rule's floor relaxes Kolchinsky & Tracey's Bhattacharyya bound and its caps
+    # relax the moment-matched bound, so on any mixture floor <= pairwise Bhattacharyya and
+    # cap >= moment-matched (both closed forms of _kernels.bounds, checked against quadrature
+    # and Monte Carlo in test_estimators.py). Random mixtures: K 2-8, d 1-6, log-weights of
+    # sd 2, scales of log-sd 0.5.
+    from numpyro_gmm._kernels import bounds, lowrank, mixing
+
+    def four(log_w, locs, a, b):  # (floor, pairwise Bhattacharyya, cap, moment-matched)
+        d = locs.shape[-1]
+        if kind == "lowrank":
+            tril, scale = jnp.linalg.cholesky(a @ jnp.swapaxes(a, -1, -2) + jax.vmap(jnp.diag)(b)), None
+            cap = lowrank.certified_upper(log_w, locs, a, b, lowrank.woodbury_factor(a, b), lowrank.log_det_cov(a, b))
+            spread = lowrank._spread(a, b)
+        else:
+            tril, scale = (None, a) if kind == "diag" else (a, None)
+            cap, spread = mixing.certified_upper(log_w, locs, tril, scale), mixing._spread(tril, scale)
+        floor = bounds.heaviest_pair_lower(log_w, locs, bounds.component_entropies(tril, scale, d), spread)
+        kt = bounds.pairwise_bhattacharyya_lower(log_w, locs, tril, scale)
+        return floor, kt, cap, bounds.moment_matched_upper(log_w, locs, tril, scale)
+
+    rng = np.random.default_rng(7)
+    n = 8
+    for K, d in [(2, 1), (3, 3), (8, 6)]:
+        log_w = jax.nn.log_softmax(_as(2.0 * rng.normal(size=(n, K))), -1)
+        locs = _as(1.5 * rng.normal(size=(n, K, d)))
+        if kind == "lowrank":
+            a, b = _as(0.7 * rng.normal(size=(n, K, d, 2))), _as(np.exp(0.5 * rng.normal(size=(n, K, d))))
+        elif kind == "diag":
+            a, b = _as(np.exp(0.5 * rng.normal(size=(n, K, d)))), None
+        else:
+            sd = np.exp(0.5 * rng.normal(size=(n, K, d)))
+            a, b = _as(np.tril(0.5 * rng.normal(size=(n, K, d, d)), -1) + np.eye(d) * sd[..., None, :]), None
+        floor, kt, cap, mm = (np.asarray(x) for x in jax.jit(jax.vmap(four))(log_w, locs, a, b))
+        tol = (1e-9 if X64 else 1e-4) * (1.0 + np.abs(mm))
+        assert np.all(floor <= kt + tol), (K, d, floor, kt)
+        assert np.all(cap >= mm - tol), (K, d, cap, mm)
+
+
+@pytest.mark.parametrize("ratio", [1e2, 1e4, 1e6, 1e8])
+def test_lowrank_cap_survives_rounding_of_elongated_factors(ratio):
+    # The low-rank cap takes tr(Sigma_h^-1 Sigma_mix) as a Woodbury difference, which loses
+    # about eps |W|^2 / D to rounding; unwidened, in float32 at |W|^2 / D = 1e6 it fell 0.38
+    # nats below the moment-matched bound (d = 20) and cut the entropy by 0.63 nats (d = 100).
+    # Reference: the moment-matched entropy from NumPy's float64 slogdet of the dense matrix.
+    from numpyro_gmm._kernels import lowrank
+
+    rng = np.random.default_rng(1)
+    K, d, r = 2, 20, 2
+    base = rng.normal(size=(d, r)) * np.sqrt(ratio / d)
+    factor = base * rng.uniform(0.7, 1.3, size=(K, 1, r)) + 0.1 * rng.normal(size=(K, d, r))
+    diag, locs, w = np.ones((K, d)), 0.3 * rng.normal(size=(K, d)), np.array([1 - 1e-4, 1e-4])
+    cov = np.einsum("kdr,ker->kde", factor, factor) + diag[..., None] * np.eye(d)
+    dev = locs - w @ locs
+    mix = np.einsum("k,kde->de", w, cov) + np.einsum("k,kd,ke->de", w, dev, dev)
+    mm = 0.5 * (d * (np.log(2 * np.pi) + 1) + np.linalg.slogdet(mix)[1])
+    lw = jnp.log(_as(w))
+    m, f, dg, d_log_c = lowrank.rescaled(_as(locs), _as(factor), _as(diag))
+    cap = lowrank.certified_upper(lw, m, f, dg, lowrank.woodbury_factor(f, dg), lowrank.log_det_cov(f, dg)) + d_log_c
+    assert float(cap) >= mm - 1e-6 * abs(mm), (float(cap), mm)
+
+
 @pytest.mark.parametrize("family, K", [("weights", 8), ("thin", 4), ("overlap", 16)])
 def test_2d_hard_cases_full(family, K):
     # Crossing thin ellipses (condition 1e4) are ridges a Gauss-Hermite grid in another

@@ -233,3 +233,50 @@ def moment_matched_upper(log_weights, locs, scale_tril, scale) -> Array:
     cov = 0.5 * (cov + cov.T)
     log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(cholesky(cov))))
     return 0.5 * (d * (LOG_2PI + 1.0) + log_det)
+
+
+
+def heaviest_pair_lower(log_weights: Array, locs: Array, entropies: Array, spread) -> Array:
+    r"""A lower bound on the entropy from the Bhattacharyya distances to the heaviest component
+    ``h`` only, each itself bounded below without factorisation; ``O(K d)`` besides ``spread``.
+    Widened for rounding by ``8 eps (1 + |lower|)``.
+
+    Kolchinsky & Tracey: ``H >= sum_i w_i H_i - sum_i w_i ln s_i``, ``s_i = sum_j w_j
+    exp(-D_ij)``, ``D_ij`` the Bhattacharyya distances (:func:`pairwise_bhattacharyya_lower`).
+    A larger ``s_i`` or a smaller ``D_ij`` gives a smaller bound, so with ``exp(-D_ij) <= 1``
+    for the pairs without ``h`` and a lower bound ``D_i <= D_ih``:
+
+    .. math::
+
+        s_h \le \sum_j w_j e^{-D_j}, \qquad s_i \le (1 - w_h) + w_h e^{-D_i} \quad (i \ne h),
+
+    .. math::
+
+        D_i = \frac{|\Delta_i|^4}{4\, \Delta_i^T (\Sigma_i + \Sigma_h) \Delta_i}
+            + \frac d2 \ln\cosh\frac{\ln|\Sigma_i| - \ln|\Sigma_h|}{2d}, \qquad \Delta_i = \mu_i - \mu_h.
+
+    ``D_B = 1/8 Delta^T S^{-1} Delta + 1/2 ln|S| - 1/4 ln|Sigma_i||Sigma_h|`` with
+    ``S = (Sigma_i + Sigma_h) / 2``: Cauchy-Schwarz (``|Delta|^4 <= (Delta^T S Delta)
+    (Delta^T S^{-1} Delta)``) bounds the first term and Minkowski's determinant inequality
+    (``|S|^{1/d} >= (|Sigma_i|^{1/d} + |Sigma_h|^{1/d}) / 2``) the rest. Equal to the pairwise
+    bound for ``K = 2`` in 1-D, and close to it where the mixture is nearly its heaviest
+    component (a narrow component of small weight inside a wide one, where the fixed rule of
+    :mod:`~numpyro_gmm._kernels.mixing` fell below the pairwise bound by up to ``2.9e-4``
+    nats, float64, 3-D). ``entropies``: the ``H_i``, ``(K,)``; ``spread(delta, onehot)``: the
+    ``(K,)`` values ``Delta_i^T (Sigma_i + Sigma_h) Delta_i`` from ``delta (K, d)`` and the
+    one-hot ``(K,)`` indicator of ``h``.
+    """
+    d = locs.shape[-1]
+    w = jnp.exp(log_weights)
+    onehot = lax.stop_gradient(jax.nn.one_hot(jnp.argmax(log_weights), w.shape[0], dtype=w.dtype))
+    delta = locs - onehot @ locs  # (K, d)
+    sq = jnp.sum(jnp.square(delta), -1)
+    apart = sq > 0  # Delta = 0 (at h, or equal means): the first term is 0, and so its derivative
+    quad = jnp.where(apart, jnp.square(sq) / (4.0 * jnp.where(apart, spread(delta, onehot), 1.0)), 0.0)
+    t = jnp.abs(entropies - onehot @ entropies) / d  # |ln|Sigma_i| - ln|Sigma_h|| / (2 d)
+    log_cosh = t + jnp.log1p(jnp.exp(-2.0 * t)) - math.log(2.0)
+    near = jnp.exp(-(quad + 0.5 * d * log_cosh))  # exp(-D_i), 1 at h
+    w_h = onehot @ w
+    s = onehot * (w @ near) + (1.0 - onehot) * ((1.0 - w_h) + w_h * near)
+    lower = jnp.sum(w * entropies) - jnp.sum(w * jnp.log(s + jnp.finfo(w.dtype).tiny))  # s = 0 only where w_h = 1
+    return lower - 8.0 * jnp.finfo(lower.dtype).eps * (1.0 + jnp.abs(lower))
