@@ -550,8 +550,8 @@ def auto_entropy(
     2 apart in 1-D) and by nats on narrow-inside-wide mixtures, and no cheap per-mixture
     quantity predicted where it is accurate. The mixing rule was within 0.01 nats of
     independent truth (quadrature, long Monte Carlo) on every mixture measured, in float32
-    and float64 (worst found: 0.0037 at d = 5, K = 4). Its cost, ``O(K^2 M d^2)`` (diagonal ``O(K^2 M d)``), has no combinatorial
-    growth, so no size limit applies.
+    and float64 (worst found: 0.0037 at d = 5, K = 4). Its cost, ``O(K^2 M d^2)`` (diagonal
+    ``O(K^2 M d)``), has no combinatorial growth, so no size limit applies.
 
     ``order`` and ``block_size`` are accepted (and validated) so that an ``entropy_order``
     configured on a :class:`~numpyro_gmm.GaussianMixture` keeps working; they are used only

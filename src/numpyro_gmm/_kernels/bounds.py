@@ -235,7 +235,6 @@ def moment_matched_upper(log_weights, locs, scale_tril, scale) -> Array:
     return 0.5 * (d * (LOG_2PI + 1.0) + log_det)
 
 
-
 def heaviest_pair_lower(log_weights: Array, locs: Array, entropies: Array, spread) -> Array:
     r"""A lower bound on the entropy from the Bhattacharyya distances to the heaviest component
     ``h`` only, each itself bounded below without factorisation; ``O(K d)`` besides ``spread``.

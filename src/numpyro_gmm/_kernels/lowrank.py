@@ -160,8 +160,8 @@ def certified_upper(
     Exact when ``A`` is a multiple of the identity, and within second order of the moment-matched
     bound where the mixture is nearly its heaviest component: the narrow component of small
     weight inside a wide one that the fixed rule misses (measured before the cap, float64,
-    ``r = 1``: ``+6e-6`` nats above ``entropy_bounds``' upper bound in 1-D, ``+1.7e-4`` in
-    2-D, ``+4.7e-5`` in 3-D, ``+1.6e-4`` in 5-D). Elsewhere it may be loose and the cap
+    ``r = 1``: up to ``+3.7e-4`` nats above ``entropy_bounds``' upper bound in 1-D, ``+1.7e-4``
+    in 2-D, ``+5.3e-5`` in 3-D, ``+1.6e-4`` in 5-D). Elsewhere it may be loose and the cap
     inactive. Inputs in the rule's rescaled units (:func:`rescaled`).
     """
     d = locs.shape[-1]
