@@ -43,6 +43,12 @@ def pytest_configure(config):
     validation still run). ``-p no:cacheprovider`` turns it off; a user's
     ``JAX_COMPILATION_CACHE_DIR`` wins. Measured on the fast tier (2 cores): cold 245 CPU-s
     (254 without the cache), warm 104 CPU-s."""
+    # The cache is an optimisation only: an unreadable or unwritable entry (JAX warns and
+    # compiles) must not fail a test under filterwarnings = error. Added before the early
+    # return: pytest-xdist's workers inherit the cache folder through the environment and
+    # return there, and without the filter a worker reading an entry another worker was still
+    # writing failed a test (CI, "Error -5 while decompressing data").
+    config.addinivalue_line("filterwarnings", "ignore:Error (reading|writing) persistent compilation cache entry")
     cache = getattr(config, "cache", None)
     if cache is None or jax.config.jax_compilation_cache_dir:
         return
@@ -53,9 +59,6 @@ def pytest_configure(config):
     for name, value in settings.items():
         jax.config.update(name, value)
         os.environ[name.upper()] = str(value)  # the subprocess tests inherit it
-    # The cache is an optimisation only: an unreadable or unwritable entry (JAX warns and
-    # compiles) must not fail a test under filterwarnings = error.
-    config.addinivalue_line("filterwarnings", "ignore:Error (reading|writing) persistent compilation cache entry")
 
 
 #: Why a test marked ``float32_pass`` is skipped in the float64 pass.
