@@ -235,6 +235,15 @@ def moment_matched_upper(log_weights, locs, scale_tril, scale) -> Array:
     return 0.5 * (d * (LOG_2PI + 1.0) + log_det)
 
 
+def widened(value: Array, eps_units: float) -> Array:
+    """``value + eps_units * eps * (1 + |value|)``: a certified bound moved outwards by that
+    many units of the dtype's rounding (negative ``eps_units`` for a lower bound), as the
+    fixed mixing rules' caps and floor do (``8 eps``, half of ``entropy_bounds``' 16, so that a
+    clipped value stays inside that bracket after the rounding of adding the rescaling's
+    ``d ln c``)."""
+    return value + eps_units * jnp.finfo(value.dtype).eps * (1.0 + jnp.abs(value))
+
+
 def heaviest_pair_lower(log_weights: Array, locs: Array, entropies: Array, spread) -> Array:
     r"""A lower bound on the entropy from the Bhattacharyya distances to the heaviest component
     ``h`` only, each itself bounded below without factorisation; ``O(K d)`` besides ``spread``.
@@ -278,4 +287,4 @@ def heaviest_pair_lower(log_weights: Array, locs: Array, entropies: Array, sprea
     w_h = onehot @ w
     s = onehot * (w @ near) + (1.0 - onehot) * ((1.0 - w_h) + w_h * near)
     lower = jnp.sum(w * entropies) - jnp.sum(w * jnp.log(s + jnp.finfo(w.dtype).tiny))  # s = 0 only where w_h = 1
-    return lower - 8.0 * jnp.finfo(lower.dtype).eps * (1.0 + jnp.abs(lower))
+    return widened(lower, -8.0)

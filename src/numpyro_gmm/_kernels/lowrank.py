@@ -71,7 +71,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .bounds import LOG_2PI, heaviest_pair_lower
+from .bounds import LOG_2PI, heaviest_pair_lower, widened
 from .gaussian import cholesky, tril_inverse
 from .mixing import DEFAULT_NUM_POINTS, _entropy_of_responsibilities, normal_points, over_components, shifted_normal_points
 
@@ -183,7 +183,7 @@ def certified_upper(
     total = plus - minus + 16.0 * jnp.finfo(plus.dtype).eps * (plus + minus)
     upper = 0.5 * (d * (LOG_2PI + 1.0) + log_det[h] + d * jnp.log(total / d))
     upper = jnp.where(jnp.isfinite(upper), upper, jnp.inf)
-    return upper + 8.0 * jnp.finfo(upper.dtype).eps * (1.0 + jnp.abs(upper))
+    return widened(upper, 8.0)
 
 
 def _spread(cov_factor: Array, cov_diag: Array):

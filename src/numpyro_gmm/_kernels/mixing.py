@@ -78,6 +78,7 @@ from .bounds import (
     heaviest_pair_lower,
     log_abs_det,
     rescaled,
+    widened,
 )
 from .gaussian import tril_inverse
 
@@ -167,10 +168,10 @@ def certified_upper(
     for diagonal covariances ``A = Sigma_mix`` (the sum of the coordinates' moment-matched
     entropies, ``O(K d)``), or, where smaller, ``sum_l ln a_l + n ln(1 + tr(M) / n)`` with
     ``Sigma_mix = diag(a) + sum_k w_k dev_k dev_k^T`` and ``M`` the second term scaled by
-    ``diag(a)^-1/2`` on both sides, of rank ``<= n`` (one less than the positive weights): Jensen
-    on ``ln|I + M|``, exact for two components (before it, two unit-variance components about one
-    sd apart in 3-D were ``7.0e-5`` nats above the moment-matched bound, float64); for full ones in the coordinates whitened by the heaviest
-    component, ``|Sigma_mix| = |L_h|^2 |A|`` with ``A = L_h^-1 Sigma_mix L_h^-T`` (``O(K d^3)``,
+    ``diag(a)^-1/2`` on both sides, of rank ``<= n`` (one less than the positive weights):
+    Jensen on ``ln|I + M|``, exact for two components (before it, two unit-variance components
+    about one sd apart in 3-D were ``7.0e-5`` nats above the moment-matched bound, float64);
+    for full ones in the coordinates whitened by the heaviest component, ``|Sigma_mix| = |L_h|^2 |A|`` with ``A = L_h^-1 Sigma_mix L_h^-T`` (``O(K d^3)``,
     as the rule's own ``L_j^-1 L_i``; ``tril_inv``, the rule's ``L_k^-1`` if given, saves
     the inverse). Equal to the moment-matched bound when ``A`` is diagonal, e.g. a mixture
     that is nearly one component. No factorisation.
@@ -193,16 +194,17 @@ def certified_upper(
         cov = jnp.einsum("k,kij->ij", w, covariances(scale_tril, scale)) + jnp.einsum("k,ki,kj->ij", w, dev, dev)
         log_det = jnp.log(cov[0, 0] if d == 1 else cov[0, 0] * cov[1, 1] - cov[0, 1] * cov[1, 0])
     elif scale is not None:
-        # Sigma_mix = diag(a) + sum_k w_k dev_k dev_k^T, the second term of rank <= n, one less
-        # than the number of positive weights (the weighted deviations sum to zero): with M = diag(a)^-1/2 (sum ...) diag(a)^-1/2,
-        # ln|I + M| <= n ln(1 + tr(M) / n) (Jensen on its n non-zero eigenvalues; exact for
-        # K = 2). Hadamard (the sum of ln Var X_l) is the tighter where the deviations are
-        # spread over coordinates and n is large; the smaller of the two is taken.
+        # Sigma_mix = diag(a) + sum_k w_k dev_k dev_k^T, the second term of rank <= n, one
+        # less than the number of positive weights (the weighted deviations sum to zero):
+        # with M = diag(a)^-1/2 (sum ...) diag(a)^-1/2, ln|I + M| <= n ln(1 + tr(M) / n)
+        # (Jensen on its n non-zero eigenvalues; exact for K = 2). Hadamard (the sum of
+        # ln Var X_l) is the tighter where the deviations are spread over coordinates and n is
+        # large; the smaller of the two is taken.
         a = w @ jnp.square(scale)
-        spread_dev = w @ jnp.square(dev)  # (d,): sum_k w_k dev_kl^2
+        dev_var = w @ jnp.square(dev)  # (d,): sum_k w_k dev_kl^2
         n = jnp.clip(jnp.sum(w > 0) - 1, 1, d).astype(a.dtype)  # >= the rank; zero weights do not count
-        jensen = jnp.sum(jnp.log(a)) + n * jnp.log1p(jnp.sum(spread_dev / a) / n)
-        log_det = jnp.minimum(jensen, jnp.sum(jnp.log(a + spread_dev)))
+        jensen = jnp.sum(jnp.log(a)) + n * jnp.log1p(jnp.sum(dev_var / a) / n)
+        log_det = jnp.minimum(jensen, jnp.sum(jnp.log(a + dev_var)))
     else:
         # Hadamard in the coordinates whitened by the heaviest component h (|Sigma_mix| =
         # |L_h|^2 |L_h^-1 Sigma_mix L_h^-T|): tight when the mixture is nearly that component,
@@ -214,9 +216,7 @@ def certified_upper(
         log_det = 2.0 * log_abs_det(scale_tril, None)[h] + jnp.sum(jnp.log(w @ (white_var + jnp.square(white_dev))))
     upper = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
     upper = jnp.where(jnp.isfinite(upper), upper, jnp.inf)
-    # half the widening of entropy_bounds' bracket (16 eps), so that a capped value stays
-    # inside that bracket after the rounding of adding the rescaling's d ln c
-    return upper + 8.0 * jnp.finfo(upper.dtype).eps * (1.0 + jnp.abs(upper))
+    return widened(upper, 8.0)
 
 
 def _spread(scale_tril: Array | None, scale: Array | None):
