@@ -103,6 +103,26 @@ def _mc_entropy(p, n, seed):
     return est, np.sqrt(var)
 
 
+def _common_diagonal_subspace(p):
+    """An exact reduction of a mixture whose components share one diagonal ``D``: whitened by
+    ``D^-1/2``, every component is ``N(m_k, V_k V_k^T + I)``, and in an orthonormal basis ``Q``
+    (d x s) of the span of the ``V_k`` and the ``m_k - m_0`` the orthogonal complement is one
+    standard normal common to all components. Entropy is invariant under rotation, so
+    ``H(p) = H(p_S) + (d - s) / 2 ln(2 pi e) + 1/2 sum ln D``, ``p_S`` the mixture of the
+    ``N(Q^T m_k, Q^T V_k V_k^T Q + I_s)``. Returns ``(p_S, the added constant, Q, scale)``."""
+    dg = p["cov_diag"]
+    assert np.allclose(dg, dg[0]), "the reduction needs one diagonal shared by all components"
+    scale = 1.0 / np.sqrt(dg[0])
+    m, v = p["loc"] * scale, p["cov_factor"] * scale[:, None]
+    k, d, r = v.shape
+    span = np.concatenate([np.moveaxis(v, 0, 1).reshape(d, k * r), (m[1:] - m[0]).T], axis=1)
+    q = np.linalg.qr(span)[0]  # (d, s), s = k r + k - 1 (full column rank here)
+    s = q.shape[1]
+    p_s = dict(loc=m @ q, cov_factor=np.einsum("ds,kdr->ksr", q, v), cov_diag=np.ones((k, s)), logits=p["logits"])
+    const = 0.5 * (d - s) * (1 + np.log(2 * np.pi)) + 0.5 * np.sum(np.log(dg[0]))
+    return p_s, const, q, scale
+
+
 # ------------------------------------------------------------------ distribution
 def test_log_prob_against_scipy():
     """Woodbury log-densities of the components and of the mixture against SciPy on the
@@ -333,7 +353,21 @@ def test_high_dimension_against_monte_carlo():
         c["cov_factor"]
     )
     assert np.all(np.isfinite(g))
-    mc, se = _mc_entropy(p, 40_000, 0)
+    # The reference: Monte Carlo in the s = 8 dimensions the components differ in (exact
+    # reduction above; 16 CPU-s less than 40,000 draws in all 2,000 dimensions, and a smaller
+    # standard error). The reduction checked pointwise: ln p(x) in d = 2000 equals
+    # ln p_S(Q^T x_w) + ln N(x_w - Q Q^T x_w; (I - Q Q^T) m_0, I restricted to the complement) + ln|D^-1/2|.
+    p_s, const, q, scale = _common_diagonal_subspace(p)
+    x = np.random.default_rng(6).normal(size=(5, d)) * 1.5 + p["loc"][1]
+    xw = x * scale
+    perp = xw - (xw @ q) @ q.T - (p["loc"][0] * scale - (p["loc"][0] * scale @ q) @ q.T)
+    ln_perp = -0.5 * ((d - q.shape[1]) * np.log(2 * np.pi) + np.sum(perp * perp, -1))
+    logw = p["logits"] - logsumexp(p["logits"])
+    ln_p = logsumexp(_np_log_ns(x, p["loc"], p["cov_factor"], p["cov_diag"]) + logw, axis=-1)
+    ln_p_s = logsumexp(_np_log_ns(xw @ q, p_s["loc"], p_s["cov_factor"], p_s["cov_diag"]) + logw, axis=-1)
+    np.testing.assert_allclose(ln_p, ln_p_s + ln_perp + np.sum(np.log(scale)), rtol=1e-10)
+    mc, se = _mc_entropy(p_s, 200_000, 0)
+    mc += const
     assert se < 0.003
     assert abs(float(h) - mc) < 0.01 + 4 * se, (float(h), mc, se)
 
