@@ -173,8 +173,12 @@ def certified_upper(
     about one sd apart in 3-D were ``7.0e-5`` nats above the moment-matched bound, float64);
     for full ones in the coordinates whitened by the heaviest component, ``|Sigma_mix| = |L_h|^2 |A|`` with ``A = L_h^-1 Sigma_mix L_h^-T`` (``O(K d^3)``,
     as the rule's own ``L_j^-1 L_i``; ``tril_inv``, the rule's ``L_k^-1`` if given, saves
-    the inverse). Equal to the moment-matched bound when ``A`` is diagonal, e.g. a mixture
-    that is nearly one component. No factorisation.
+    the inverses), or, where smaller, Hadamard on the components' part of ``A`` and Jensen
+    on the deviations' part, with ``tr(B^-1 C) <= sum_kj w_k w_j |L_k^-1 dev_j|^2`` by the
+    operator convexity of the inverse (exact for two components of one covariance; before
+    it, such a pair 0.3 sd apart in 10-D was ``4.8e-5`` nats above the moment-matched bound,
+    float64). Equal to the moment-matched bound when ``A`` is diagonal, e.g. a mixture that
+    is nearly one component. No factorisation.
 
     Why: the fixed rule misses part of the mixing term where a narrow component of small
     weight sits inside a wide one and few of the wide one's points land in it. Measured in
@@ -210,10 +214,21 @@ def certified_upper(
         # |L_h|^2 |L_h^-1 Sigma_mix L_h^-T|): tight when the mixture is nearly that component,
         # whatever its correlations. O(K d^3) for the K products L_h^-1 L_k.
         h = jnp.argmax(log_weights)
-        inv_h = tril_inverse(scale_tril[h]) if tril_inv is None else tril_inv[h]
-        white_var = jnp.sum(jnp.square(jnp.einsum("ab,kbc->kac", inv_h, scale_tril)), -1)  # (K, d)
-        white_dev = dev @ inv_h.T  # (K, d)
-        log_det = 2.0 * log_abs_det(scale_tril, None)[h] + jnp.sum(jnp.log(w @ (white_var + jnp.square(white_dev))))
+        inv = tril_inverse(scale_tril) if tril_inv is None else tril_inv  # (K, d, d)
+        white_var = jnp.sum(jnp.square(jnp.einsum("ab,kbc->kac", inv[h], scale_tril)), -1)  # (K, d)
+        white_dev = dev @ inv[h].T  # (K, d)
+        hadamard = jnp.sum(jnp.log(w @ (white_var + jnp.square(white_dev))))
+        # Or, A = B + C with B = sum_k w_k V_k V_k^T (V_k = L_h^-1 L_k) and C the deviations'
+        # term of rank <= n (as for diagonal components): ln|A| = ln|B| + ln|I + B^-1/2 C B^-1/2|
+        # <= sum_l ln B_ll + n ln(1 + tr(B^-1 C) / n) (Hadamard, Jensen), and by the operator
+        # convexity of the inverse, B^-1 <= sum_k w_k (V_k V_k^T)^-1, so tr(B^-1 C) <= tau =
+        # sum_kj w_k w_j |L_k^-1 dev_j|^2 (O(K^2 d^2) from the rule's inverses). Exact for two
+        # components of one covariance (before, 4.8e-5 nats above the moment-matched bound in
+        # 10-D, float64).
+        tau = w @ (jnp.sum(jnp.square(jnp.einsum("kab,jb->kja", inv, dev)), -1) @ w)
+        n = jnp.clip(jnp.sum(w > 0) - 1, 1, d).astype(w.dtype)
+        jensen = jnp.sum(jnp.log(w @ white_var)) + n * jnp.log1p(tau / n)
+        log_det = 2.0 * log_abs_det(scale_tril, None)[h] + jnp.minimum(hadamard, jensen)
     upper = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
     upper = jnp.where(jnp.isfinite(upper), upper, jnp.inf)
     return widened(upper, 8.0)
