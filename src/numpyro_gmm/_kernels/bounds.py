@@ -235,6 +235,18 @@ def moment_matched_upper(log_weights, locs, scale_tril, scale) -> Array:
     return 0.5 * (d * (LOG_2PI + 1.0) + log_det)
 
 
+def deviations_jensen(weights: Array, trace: Array, d: int) -> Array:
+    """``n ln(1 + trace / n)``, an upper bound on ``ln|I + M|`` for the deviations' part ``M``
+    of a moment-matched covariance (``sum_k w_k dev_k dev_k^T`` scaled on both sides, positive
+    semi-definite, ``tr M <= trace``): its rank is at most ``n``, one less than the positive
+    weights (the weighted deviations sum to zero; clipped to ``[1, d]``), and Jensen's
+    inequality on its ``n`` largest eigenvalues gives the bound, exact for two components. The
+    fixed mixing rules' caps (:func:`numpyro_gmm._kernels.mixing.certified_upper`,
+    :func:`numpyro_gmm._kernels.lowrank.certified_upper`)."""
+    n = jnp.clip(jnp.sum(weights > 0) - 1, 1, d).astype(trace.dtype)
+    return n * jnp.log1p(trace / n)
+
+
 def widened(value: Array, eps_units: float) -> Array:
     """``value + eps_units * eps * (1 + |value|)``: a certified bound moved outwards by that
     many units of the dtype's rounding (negative ``eps_units`` for a lower bound), as the

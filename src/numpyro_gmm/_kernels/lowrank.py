@@ -71,7 +71,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .bounds import LOG_2PI, heaviest_pair_lower, widened
+from .bounds import LOG_2PI, deviations_jensen, heaviest_pair_lower, widened
 from .gaussian import cholesky, tril_inverse
 from .mixing import DEFAULT_NUM_POINTS, _entropy_of_responsibilities, normal_points, over_components, shifted_normal_points
 
@@ -200,8 +200,7 @@ def certified_upper(
     q_plus = jnp.square(dev) @ (1.0 / cov_diag).T  # (K_j, K_k): dev_j^T D_k^-1 dev_j
     q_minus = jnp.sum(jnp.square(jnp.einsum("kdr,jd->jkr", p, dev)), -1)  # |P_k^T dev_j|^2
     tau = w @ (q_plus - q_minus + 16.0 * eps * (q_plus + q_minus)) @ w
-    n = jnp.clip(jnp.sum(w > 0) - 1, 1, d).astype(w.dtype)
-    jensen = d * jnp.log(b_total / d) + n * jnp.log1p(tau / n)
+    jensen = d * jnp.log(b_total / d) + deviations_jensen(w, tau, d)
     upper = 0.5 * (d * (LOG_2PI + 1.0) + log_det[h] + jnp.minimum(am_gm, jensen))
     upper = jnp.where(jnp.isfinite(upper), upper, jnp.inf)
     return widened(upper, 8.0)

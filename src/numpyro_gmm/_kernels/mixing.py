@@ -75,6 +75,7 @@ from .bounds import (
     LOG_2PI,
     component_entropies,
     covariances,
+    deviations_jensen,
     heaviest_pair_lower,
     log_abs_det,
     rescaled,
@@ -206,8 +207,7 @@ def certified_upper(
         # large; the smaller of the two is taken.
         a = w @ jnp.square(scale)
         dev_var = w @ jnp.square(dev)  # (d,): sum_k w_k dev_kl^2
-        n = jnp.clip(jnp.sum(w > 0) - 1, 1, d).astype(a.dtype)  # >= the rank; zero weights do not count
-        jensen = jnp.sum(jnp.log(a)) + n * jnp.log1p(jnp.sum(dev_var / a) / n)
+        jensen = jnp.sum(jnp.log(a)) + deviations_jensen(w, jnp.sum(dev_var / a), d)  # zero weights do not count
         log_det = jnp.minimum(jensen, jnp.sum(jnp.log(a + dev_var)))
     else:
         # Hadamard in the coordinates whitened by the heaviest component h (|Sigma_mix| =
@@ -226,8 +226,7 @@ def certified_upper(
         # components of one covariance (before, 4.8e-5 nats above the moment-matched bound in
         # 10-D, float64).
         tau = w @ (jnp.sum(jnp.square(jnp.einsum("kab,jb->kja", inv, dev)), -1) @ w)
-        n = jnp.clip(jnp.sum(w > 0) - 1, 1, d).astype(w.dtype)
-        jensen = jnp.sum(jnp.log(w @ white_var)) + n * jnp.log1p(tau / n)
+        jensen = jnp.sum(jnp.log(w @ white_var)) + deviations_jensen(w, tau, d)
         log_det = 2.0 * log_abs_det(scale_tril, None)[h] + jnp.minimum(hadamard, jensen)
     upper = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
     upper = jnp.where(jnp.isfinite(upper), upper, jnp.inf)
