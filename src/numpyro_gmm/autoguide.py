@@ -3,6 +3,8 @@ is a Gaussian mixture."""
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +13,7 @@ from jax import lax
 from jax.scipy.special import ndtr
 from numpyro import handlers
 from numpyro.distributions import constraints
-from numpyro.distributions.transforms import AffineTransform, biject_to
+from numpyro.distributions.transforms import AffineTransform, ScaledUnitLowerCholeskyTransform, biject_to
 from numpyro.infer.autoguide import AutoContinuous
 from numpyro.infer.initialization import init_to_sample, init_to_uniform
 
@@ -66,6 +68,70 @@ class _ScaledReal(constraints.Constraint):
 @biject_to.register(_ScaledReal)
 def _transform_to_scaled_real(constraint):
     return AffineTransform(0.0, constraint.scale)
+
+
+class _StepScaledUnitLowerCholesky(constraints.Constraint):
+    """NumPyro's ``scaled_unit_lower_cholesky`` (``L = diag(s) (I + N)``, ``N`` strictly
+    lower), optimised through ``N = scale * u``: with an Adam-type optimiser the entries of
+    ``N`` move ``scale`` times as fast as an unscaled parameter (the diagonal as usual)."""
+
+    event_dim = 2
+
+    def __init__(self, scale: float):
+        self.scale = scale
+
+    def __call__(self, x):
+        return constraints.scaled_unit_lower_cholesky(x)
+
+    def feasible_like(self, prototype):
+        return constraints.scaled_unit_lower_cholesky.feasible_like(prototype)
+
+    def tree_flatten(self):
+        return (), ((), {"scale": self.scale})
+
+    def eq(self, other, static=False):
+        return isinstance(other, _StepScaledUnitLowerCholesky) and self.scale == other.scale
+
+    def __repr__(self):
+        return f"StepScaledUnitLowerCholesky(scale={self.scale})"
+
+
+class _StepScaledUnitLowerCholeskyTransform(ScaledUnitLowerCholeskyTransform):
+    """``ScaledUnitLowerCholeskyTransform`` of ``(scale * u_offdiag, u_diag)``."""
+
+    def __init__(self, scale: float):
+        self.scale = scale
+
+    @property
+    def codomain(self):
+        return _StepScaledUnitLowerCholesky(self.scale)
+
+    def _split(self, x):
+        n = round((np.sqrt(1 + 8 * x.shape[-1]) - 1) / 2)
+        return x[..., : x.shape[-1] - n], x[..., x.shape[-1] - n :]
+
+    def __call__(self, x):
+        off, diag = self._split(x)
+        return super().__call__(jnp.concatenate([self.scale * off, diag], axis=-1))
+
+    def _inverse(self, y):
+        off, diag = self._split(super()._inverse(y))
+        return jnp.concatenate([off / self.scale, diag], axis=-1)
+
+    def log_abs_det_jacobian(self, x, y, intermediates=None):
+        off, diag = self._split(x)
+        return super().log_abs_det_jacobian(x, y) + off.shape[-1] * math.log(self.scale)
+
+    def tree_flatten(self):
+        return (), ((), {"scale": self.scale})
+
+    def eq(self, other, static=False):
+        return isinstance(other, _StepScaledUnitLowerCholeskyTransform) and self.scale == other.scale
+
+
+@biject_to.register(_StepScaledUnitLowerCholesky)
+def _transform_to_step_scaled_unit_lower_cholesky(constraint):
+    return _StepScaledUnitLowerCholeskyTransform(constraint.scale)
 
 
 def _spread_directions(num_components: int, dim: int) -> np.ndarray:
@@ -160,6 +226,28 @@ class AutoGaussianMixture(AutoContinuous):
     is a slower approach to unequal weights (a logit moves at most about
     ``weight_step_scale * lr`` per step).
 
+    **Cholesky factors** (``covariance="full"``). Each ``scale_tril`` is
+    ``L = diag(s) (I + N)`` (NumPyro's ``scaled_unit_lower_cholesky``) with the strictly
+    lower ``N`` optimised through ``N = tril_step_scale * u`` (default ``1 / sqrt(d)``,
+    ``d = latent_dim``). An Adam-type optimiser moves every entry of ``u`` about ``lr`` per
+    step whatever the size of its gradient, and near a good fit the one-particle gradient of
+    ``N`` is noise of rank one (``eps eps^T``), so unscaled the ``d (d - 1) / 2``
+    off-diagonal entries take coherent steps of ``lr``: one step can multiply ``|L^-1|`` by
+    up to ``(1 + lr)^d``, and their stationary noise adds ``O(d^2 lr^2)`` nats of KL against
+    ``O(d lr^2)`` from the means and scales. With ``1 / sqrt(d)`` the growth per step is at
+    most ``exp(lr sqrt(d))`` and the off-diagonal noise ``O(d lr^2)``, like the other
+    parameters'. Measured (``Adam``, one component, a correlated Gaussian target, KL in
+    closed form; ``tests/test_autoguide.py``): from the exact (Laplace) start, unscaled
+    versus default, KL 4.3 vs 1.1 after 300 steps at ``d = 30`` (lr 0.02), 47 vs 5.5 after
+    2000 at ``d = 100``; at ``d = 3000`` (lr 0.01) the unscaled factor's inverse reached
+    ``1e20`` in three steps and the loss became NaN (default: finite, within noise of the
+    evidence after 30 steps); from ``init_method="spread"``, which has to learn the
+    correlations, KL 0.50 vs 0.21 (``d = 10``) and 14.1 vs 2.3 (``d = 50``) after 3000 steps.
+    On ``benchmarks/posteriors.py`` the ELBO rose by 7 nats on ``d50`` and 0.2 on
+    ``coupled_d10``. (NumPyro's ``AutoMultivariateNormal`` has the unscaled factor: at
+    ``d = 1000`` with ``Adam(0.01)`` its loss reached ``-1e24`` within 1000 steps, an
+    impossible ELBO from a numerically singular factor.)
+
     Cost: ``2 * M * init_fit_steps`` evaluations of the model's log density and its
     gradient, once, vectorised over the ``M`` fits (with the defaults and ``K = 2``: 12,800,
     as many as 6,400 / K steps of ``TraceEntropy_ELBO`` with one particle, but in 200
@@ -224,6 +312,9 @@ class AutoGaussianMixture(AutoContinuous):
         component means from the initial location, ``>= 0``; default ``3 * init_scale``.
     :param float weight_step_scale: ``> 0``; relative speed of the logits under an
         Adam-type optimiser (default 0.2; 1 optimises the logits directly), see above.
+    :param float tril_step_scale: ``> 0``; for ``covariance="full"``, relative speed of the
+        Cholesky factors' off-diagonal entries under an Adam-type optimiser; default
+        (``None``) ``1 / sqrt(latent_dim)``, see above.
     :param str prefix: prefix of the parameter names.
     :param str entropy_method: ``GaussianMixture`` entropy estimator used by
         :class:`~numpyro_gmm.TraceEntropy_ELBO` (unless its ``entropy_options`` override it).
@@ -247,6 +338,7 @@ class AutoGaussianMixture(AutoContinuous):
         init_newton_steps: int = 8,
         init_spread: float | None = None,
         weight_step_scale: float = 0.2,
+        tril_step_scale: float | None = None,
         prefix: str = "auto",
         entropy_method: str = DEFAULT_METHOD,
         entropy_order: int | None = None,
@@ -280,6 +372,9 @@ class AutoGaussianMixture(AutoContinuous):
         if not (np.ndim(weight_step_scale) == 0 and float(weight_step_scale) > 0):
             raise ValueError(f"weight_step_scale must be a positive scalar, got {weight_step_scale!r}")
         self.weight_step_scale = float(weight_step_scale)
+        if tril_step_scale is not None and not (np.ndim(tril_step_scale) == 0 and float(tril_step_scale) > 0):
+            raise ValueError(f"tril_step_scale must be a positive scalar or None, got {tril_step_scale!r}")
+        self.tril_step_scale = None if tril_step_scale is None else float(tril_step_scale)
         if not isinstance(entropy_method, str):
             raise ValueError(f"entropy_method must be a str, got {entropy_method!r}")
         self.entropy_method = entropy_method
@@ -390,6 +485,10 @@ class AutoGaussianMixture(AutoContinuous):
             return GaussianMixture(locs, cov_factor=factor[0], cov_diag=factor[1], logits=logits, **kwargs)
         return GaussianMixture(locs, scale=factor, logits=logits, **kwargs)
 
+    def _tril_step_scale(self) -> float:
+        """``tril_step_scale``, by default ``1 / sqrt(latent_dim)`` (class docstring)."""
+        return self.latent_dim**-0.5 if self.tril_step_scale is None else self.tril_step_scale
+
     def _rank(self) -> int:
         return int(round(self.latent_dim**0.5)) if self.rank is None else self.rank
 
@@ -417,7 +516,7 @@ class AutoGaussianMixture(AutoContinuous):
             factor = numpyro.param(
                 f"{self.prefix}_scale_tril",
                 lambda key: initial(key)[2],
-                constraint=constraints.scaled_unit_lower_cholesky,
+                constraint=_StepScaledUnitLowerCholesky(self._tril_step_scale()),
             )
         elif self.covariance == "lowrank":
             cov_factor = numpyro.param(
