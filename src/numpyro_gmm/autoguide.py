@@ -228,23 +228,26 @@ class AutoGaussianMixture(AutoContinuous):
 
     **Cholesky factors** (``covariance="full"``). Each ``scale_tril`` is
     ``L = diag(s) (I + N)`` (NumPyro's ``scaled_unit_lower_cholesky``) with the strictly
-    lower ``N`` optimised through ``N = tril_step_scale * u`` (default ``1 / sqrt(d)``,
+    lower ``N`` optimised through ``N = tril_step_scale * u`` (default ``d^(-3/4)``,
     ``d = latent_dim``). An Adam-type optimiser moves every entry of ``u`` about ``lr`` per
     step whatever the size of its gradient, and near a good fit the one-particle gradient of
     ``N`` is noise of rank one (``eps eps^T``), so unscaled the ``d (d - 1) / 2``
     off-diagonal entries take coherent steps of ``lr``: one step can multiply ``|L^-1|`` by
     up to ``(1 + lr)^d``, and their stationary noise adds ``O(d^2 lr^2)`` nats of KL against
-    ``O(d lr^2)`` from the means and scales. With ``1 / sqrt(d)`` the growth per step is at
-    most ``exp(lr sqrt(d))`` and the off-diagonal noise ``O(d lr^2)``, like the other
-    parameters'. Measured (``Adam``, one component, a correlated Gaussian target, KL in
-    closed form; ``tests/test_autoguide.py``): from the exact (Laplace) start, unscaled
-    versus default, KL 4.3 vs 1.1 after 300 steps at ``d = 30`` (lr 0.02), 47 vs 5.5 after
-    2000 at ``d = 100``; at ``d = 3000`` (lr 0.01) the unscaled factor's inverse reached
-    ``1e20`` in three steps and the loss became NaN (default: finite, within noise of the
-    evidence after 30 steps); from ``init_method="spread"``, which has to learn the
-    correlations, KL 0.50 vs 0.21 (``d = 10``) and 14.1 vs 2.3 (``d = 50``) after 3000 steps.
-    On ``benchmarks/posteriors.py`` the ELBO rose by 7 nats on ``d50`` and 0.2 on
-    ``coupled_d10``. (NumPyro's ``AutoMultivariateNormal`` has the unscaled factor: at
+    ``O(d lr^2)`` from the means and scales. A scale ``kappa`` makes these ``exp(kappa lr d)``
+    and ``O(kappa^2 d^2 lr^2)`` but also slows the learning of correlations that the start
+    lacks by ``kappa``: ``d^(-1/2)`` learns them fastest, ``d^(-1)`` is the least noisy, and
+    ``d^(-3/4)`` was the best compromise measured (``Adam``, one component, a correlated
+    Gaussian target, KL in closed form or by 2000 draws; unscaled / ``d^(-1/2)`` /
+    ``d^(-3/4)`` / ``d^(-1)``): from the exact (Laplace) start, KL 4.3 / 1.1 / 0.75 / - after
+    300 steps at ``d = 30`` (lr 0.02; ``tests/test_autoguide.py``), 47 / 5.5 / 2.8 / 2.1 after
+    2000 at ``d = 100`` and 93 / 9.6 / 3.9 / 2.6 at ``d = 200``; from ``init_method="spread"``,
+    which has to learn the correlations, 0.50 / 0.21 / 0.20 / 0.28 (``d = 10``) and
+    14.1 / 2.3 / 3.0 / 6.6 (``d = 50``) after 3000 steps. At ``d = 3000`` (lr 0.01) the
+    unscaled factor's inverse reached ``1e20`` in three steps and the loss became NaN (default:
+    one-particle losses 4478-4580 over 30 steps, the evidence being -4546.5). On
+    ``benchmarks/posteriors.py`` (docs/posteriors.md) the ELBO rose by 7.8 nats on ``d50`` and
+    0.27 on ``coupled_d10``. (NumPyro's ``AutoMultivariateNormal`` has the unscaled factor: at
     ``d = 1000`` with ``Adam(0.01)`` its loss reached ``-1e24`` within 1000 steps, an
     impossible ELBO from a numerically singular factor.)
 
@@ -314,7 +317,7 @@ class AutoGaussianMixture(AutoContinuous):
         Adam-type optimiser (default 0.2; 1 optimises the logits directly), see above.
     :param float tril_step_scale: ``> 0``; for ``covariance="full"``, relative speed of the
         Cholesky factors' off-diagonal entries under an Adam-type optimiser; default
-        (``None``) ``1 / sqrt(latent_dim)``, see above.
+        (``None``) ``latent_dim ** -0.75``, see above.
     :param str prefix: prefix of the parameter names.
     :param str entropy_method: ``GaussianMixture`` entropy estimator used by
         :class:`~numpyro_gmm.TraceEntropy_ELBO` (unless its ``entropy_options`` override it).
@@ -486,8 +489,8 @@ class AutoGaussianMixture(AutoContinuous):
         return GaussianMixture(locs, scale=factor, logits=logits, **kwargs)
 
     def _tril_step_scale(self) -> float:
-        """``tril_step_scale``, by default ``1 / sqrt(latent_dim)`` (class docstring)."""
-        return self.latent_dim**-0.5 if self.tril_step_scale is None else self.tril_step_scale
+        """``tril_step_scale``, by default ``latent_dim ** -0.75`` (class docstring)."""
+        return self.latent_dim**-0.75 if self.tril_step_scale is None else self.tril_step_scale
 
     def _rank(self) -> int:
         return int(round(self.latent_dim**0.5)) if self.rank is None else self.rank
