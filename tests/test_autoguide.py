@@ -208,6 +208,7 @@ def test_get_base_dist_and_transform_raise():
         ({"entropy_method": 3}, "entropy_method"),
         ({"tril_step_scale": 0.0}, "tril_step_scale"),
         ({"tril_step_scale": -1.0}, "tril_step_scale"),
+        ({"cov_factor_step_scale": 0.0}, "cov_factor_step_scale"),
     ],
 )
 def test_bad_arguments_raise(kwargs, match):
