@@ -197,16 +197,20 @@ class _entropy_stubbed:
 
 
 def part_svi(a, dtype):
-    rows = []
+    """``(rows, skipped)``: the table's rows and the setups not run (name, d, why)."""
+    rows, skipped = [], []
     for d in map(int, a.svi_dims.split(",")):
         model, y = svi_model(d, a.svi_model, dtype)
         setups = []
         if d <= 1000:  # d x d factor and its O(d^3) work per step beyond
             setups.append(("AutoMultivariateNormal + Trace_ELBO", AutoMultivariateNormal(model), Trace_ELBO(), None))
+        else:
+            skipped.append(("AutoMultivariateNormal", d, "d x d factor: d > 1000"))
         setups.append(("AutoLowRankMultivariateNormal(rank 4) + Trace_ELBO",
                        AutoLowRankMultivariateNormal(model, rank=4), Trace_ELBO(), None))
         for cov in a.covs.split(","):
             if cov == "full" and d > 100:
+                skipped.append(("AutoGaussianMixture(K=4, full)", d, "O(K d^3) per step: d > 100"))
                 continue
             kw = dict(rank=4) if cov == "lowrank" else {}
             loss = TraceEntropy_ELBO() if a.entropy_points is None else TraceEntropy_ELBO(num_entropy_points=a.entropy_points)
@@ -273,7 +277,7 @@ def part_svi(a, dtype):
                   f"{1e3 * cpu:.2f} ms CPU" + ("" if share is None else
                   f", entropy share {100 * share:.0f}% (alone / step {100 * alone:.0f}%), "
                   f"step / (4 x AutoLowRank step) {ratio:.1f}"), flush=True)
-    return rows
+    return rows, skipped
 
 
 def main(argv=None):
@@ -315,7 +319,7 @@ def main(argv=None):
                       + ", ".join(f"K={K} d={d} {cov} ({fl:.1e})" for K, d, cov, fl in skipped) + "."]
         lines.append("")
     if a.part in ("svi", "all"):
-        rows = part_svi(a, dtype)
+        rows, svi_skipped = part_svi(a, dtype)
         lines += [f"**SVI step** (`jax.jit(svi.update)` for the first step; then {a.steps} calls of one program of "
                   f"{INNER} steps in a `lax.scan`, as a training loop runs them, per-step = call / {INNER}; model "
                   + ("z ~ N(0, I_d), y ~ N(z, 1) with one observed vector" if a.svi_model == "gaussian" else
@@ -342,6 +346,8 @@ def main(argv=None):
                          f"{'-' if share is None else f'{100 * share:.0f}%'} | "
                          f"{'-' if alone is None else f'{100 * alone:.0f}%'} | "
                          f"{'-' if ratio is None else f'{ratio:.1f}'} | {goal} |")
+        if svi_skipped:
+            lines += ["", "Not run: " + ", ".join(f"{name} at d={d} ({why})" for name, d, why in svi_skipped) + "."]
         lines.append("")
     text = "\n".join(lines)
     print(text)
