@@ -42,12 +42,26 @@ NEWTON_MAX_DIM = 100
 NEWTON_SCORE_DRAWS = 64
 
 
-class _ScaledReal(constraints.Constraint):
-    """The real line, optimised through ``x = scale * u`` (``u`` unconstrained): with an
-    Adam-type optimiser ``x`` moves ``scale`` times as fast as an unscaled parameter."""
+class _StepScaled:
+    """Mixin of the step-scaled constraints and transforms below: one static float ``scale``
+    (a pytree with no leaves; equal when of the same class and scale)."""
 
     def __init__(self, scale: float):
         self.scale = scale
+
+    def tree_flatten(self):
+        return (), ((), {"scale": self.scale})
+
+    def eq(self, other, static=False):
+        return type(other) is type(self) and self.scale == other.scale
+
+    def __repr__(self):
+        return f"{type(self).__name__.lstrip('_')}(scale={self.scale})"
+
+
+class _ScaledReal(_StepScaled, constraints.Constraint):
+    """The real line, optimised through ``x = scale * u`` (``u`` unconstrained): with an
+    Adam-type optimiser ``x`` moves ``scale`` times as fast as an unscaled parameter."""
 
     def __call__(self, x):
         return jnp.isfinite(x)
@@ -55,30 +69,18 @@ class _ScaledReal(constraints.Constraint):
     def feasible_like(self, prototype):
         return jnp.zeros_like(prototype)
 
-    def tree_flatten(self):
-        return (), ((), {"scale": self.scale})
-
-    def eq(self, other, static=False):
-        return isinstance(other, _ScaledReal) and self.scale == other.scale
-
-    def __repr__(self):
-        return f"ScaledReal(scale={self.scale})"
-
 
 @biject_to.register(_ScaledReal)
 def _transform_to_scaled_real(constraint):
     return AffineTransform(0.0, constraint.scale)
 
 
-class _StepScaledUnitLowerCholesky(constraints.Constraint):
+class _StepScaledUnitLowerCholesky(_StepScaled, constraints.Constraint):
     """NumPyro's ``scaled_unit_lower_cholesky`` (``L = diag(s) (I + N)``, ``N`` strictly
     lower), optimised through ``N = scale * u``: with an Adam-type optimiser the entries of
     ``N`` move ``scale`` times as fast as an unscaled parameter (the diagonal as usual)."""
 
     event_dim = 2
-
-    def __init__(self, scale: float):
-        self.scale = scale
 
     def __call__(self, x):
         return constraints.scaled_unit_lower_cholesky(x)
@@ -86,21 +88,9 @@ class _StepScaledUnitLowerCholesky(constraints.Constraint):
     def feasible_like(self, prototype):
         return constraints.scaled_unit_lower_cholesky.feasible_like(prototype)
 
-    def tree_flatten(self):
-        return (), ((), {"scale": self.scale})
 
-    def eq(self, other, static=False):
-        return isinstance(other, _StepScaledUnitLowerCholesky) and self.scale == other.scale
-
-    def __repr__(self):
-        return f"StepScaledUnitLowerCholesky(scale={self.scale})"
-
-
-class _StepScaledUnitLowerCholeskyTransform(ScaledUnitLowerCholeskyTransform):
+class _StepScaledUnitLowerCholeskyTransform(_StepScaled, ScaledUnitLowerCholeskyTransform):
     """``ScaledUnitLowerCholeskyTransform`` of ``(scale * u_offdiag, u_diag)``."""
-
-    def __init__(self, scale: float):
-        self.scale = scale
 
     @property
     def codomain(self):
@@ -121,12 +111,6 @@ class _StepScaledUnitLowerCholeskyTransform(ScaledUnitLowerCholeskyTransform):
     def log_abs_det_jacobian(self, x, y, intermediates=None):
         off, diag = self._split(x)
         return super().log_abs_det_jacobian(x, y) + off.shape[-1] * math.log(self.scale)
-
-    def tree_flatten(self):
-        return (), ((), {"scale": self.scale})
-
-    def eq(self, other, static=False):
-        return isinstance(other, _StepScaledUnitLowerCholeskyTransform) and self.scale == other.scale
 
 
 @biject_to.register(_StepScaledUnitLowerCholesky)
