@@ -254,3 +254,27 @@ def hard_mixture(name, d, K, seed=0):
     else:
         raise ValueError(name)
     return logits, locs, tril
+
+
+def mixing_rule(weights, locs, trils, z):
+    """The mixing split's rule on given standard-normal points ``z (M, d)`` (float64 NumPy/SciPy):
+    ``sum_i w_i (H(N_i) - mean_m H(r(mu_i + L_i z_m))) + H(w)``, ``r`` the responsibilities,
+    each ``L_j^-1 (x - mu_j)`` by SciPy's ``solve_triangular``. No clipping (the randomised rule's)."""
+    from scipy.linalg import solve_triangular
+
+    weights, locs, trils, z = (np.asarray(a, float) for a in (weights, locs, trils, z))
+    K, d = locs.shape
+    log_det = np.sum(np.log(np.abs(np.diagonal(trils, axis1=1, axis2=2))), 1)
+    x = (locs[:, None] + z @ np.swapaxes(trils, -1, -2)).reshape(-1, d)  # (K M, d), component-major
+    log_joint = np.stack(
+        [
+            np.log(weights[j]) - log_det[j]
+            - 0.5 * np.sum(np.square(solve_triangular(trils[j], (x - locs[j]).T, lower=True)), 0)
+            for j in range(K)
+        ],
+        -1,
+    )  # (K M, K); the common -d/2 ln 2 pi cancels in r
+    log_r = log_joint - logsumexp(log_joint, axis=1, keepdims=True)
+    h_r = -np.sum(np.exp(log_r) * log_r, 1).reshape(K, -1).mean(1)  # (K,)
+    h_gauss = 0.5 * d * math.log(2 * math.pi * math.e) + log_det
+    return float(np.sum(weights * (h_gauss - h_r)) - np.sum(weights * np.log(weights))), float(weights @ h_r)

@@ -28,7 +28,8 @@ from numpyro_gmm import (
     mixing_qmc_entropy,
     mixture_entropy,
 )
-from numpyro_gmm._kernels.mixing import normal_points
+from numpyro_gmm._kernels.gaussian import substitution_pays
+from numpyro_gmm._kernels.mixing import normal_points, shifted_normal_points
 
 LOG_2PIE = math.log(2 * math.pi * math.e)
 
@@ -139,6 +140,36 @@ def test_gradient_matches_quadrature_finite_differences():
 def test_check_grads_full_covariance():
     w, locs, tril = _random_mixture(3, 3, 1.0, 5)
     check_grads(lambda lg, m, t: mixing_qmc_entropy(lg, m, t, num_points=128),
+                (jnp.log(jnp.asarray(w)), jnp.asarray(locs), jnp.asarray(tril)), order=1, modes=("rev",))
+
+
+def _substitution_case():
+    """K = 4 overlapping components in 48-D with the ELBO's M = 16 randomised points: K M < 2 d,
+    so the rule solves the points by substitution (``gaussian.tril_solve_columns``)."""
+    d, K, M = 48, 4, 16
+    assert substitution_pays(d, K * M)
+    w, locs, tril = _random_mixture(d, K, 0.2, 7)
+    return w, locs, tril, M, jax.random.PRNGKey(3)
+
+
+def test_substitution_path_matches_a_numpy_evaluation_of_the_rule():
+    """The randomised rule on the substitution path against the same rule evaluated in float64
+    NumPy/SciPy (``reference.mixing_rule``, ``solve_triangular``) on the same shifted points.
+    The mixing term is far from zero here (0.12 nats), so an error in it would show."""
+    w, locs, tril, M, key = _substitution_case()
+    z = np.asarray(shifted_normal_points(key, M, locs.shape[1], ftype()), float)
+    truth, mixing_term = reference.mixing_rule(w, locs, tril, z)
+    assert mixing_term > 0.1
+    got = jax.jit(mixing_qmc_entropy, static_argnames="num_points")(*_as_f(np.log(w), locs, tril), num_points=M, key=key)
+    np.testing.assert_allclose(got, truth, rtol=1e-12 if X64 else 1e-6)
+
+
+@pytest.mark.skipif(not X64, reason="finite differences need float64")
+def test_check_grads_full_covariance_by_substitution():
+    """Reverse-mode gradient of the substitution path (``custom_linear_solve``'s implicit
+    derivative) against finite differences."""
+    w, locs, tril, M, key = _substitution_case()
+    check_grads(lambda lg, m, t: mixing_qmc_entropy(lg, m, t, num_points=M, key=key),
                 (jnp.log(jnp.asarray(w)), jnp.asarray(locs), jnp.asarray(tril)), order=1, modes=("rev",))
 
 

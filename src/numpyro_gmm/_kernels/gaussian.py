@@ -262,8 +262,82 @@ def precision_of_tril(chol: Array) -> Array:
     return jnp.swapaxes(w, -1, -2) @ w
 
 
+def _substitute(chol: Array, rhs: Array, transpose: bool) -> Array:
+    r"""``L^-1 B`` (``transpose=False``) or ``L^-T B`` for lower-triangular ``chol (..., d, d)``
+    and ``rhs (..., d, R)`` (same batch shape) by blocked substitution: ``L`` padded with an
+    identity block to ``n`` blocks of ``b = _BLOCK_MAX_DIM`` rows, the ``n`` diagonal blocks
+    inverted at once by the row loop (``O(d b^2)``), then one block row per step of a
+    ``fori_loop``, forward ``Y_I = L_II^{-1} (B_I - L_{I,:} Y)`` or backward
+    ``Y_I = L_II^{-T} (B_I - L_{:,I}^T Y)``. The rows of ``Y`` not yet solved are still zero,
+    so the whole block row (column) of ``L`` can multiply ``Y`` with static shapes: ``d^2 R``
+    multiply-adds as ``(b, d) x (d, R)`` products, against ``d^3 / 3`` for ``L^-1`` itself.
+    ``L`` must be lower triangular (the callers mask it): entries above the diagonal would
+    meet solved rows."""
+    d = chol.shape[-1]
+    b = _BLOCK_MAX_DIM
+    n = math.ceil(d / b)
+    padded = _pad_with_identity(chol, n * b)
+    inv = _tril_inverse_loop(_diagonal_blocks(padded, n))  # (..., n, b, b): L_II^-1
+    rhs = jnp.pad(rhs, [(0, 0)] * (rhs.ndim - 2) + [(0, n * b - d), (0, 0)])
+
+    def step(k, y):
+        i = n - 1 - k if transpose else k
+        start = i * b
+        inv_i = lax.dynamic_index_in_dim(inv, i, axis=-3, keepdims=False)
+        if transpose:
+            inv_i = jnp.swapaxes(inv_i, -1, -2)
+            part = jnp.swapaxes(lax.dynamic_slice_in_dim(padded, start, b, axis=-1), -1, -2)  # L[:, I]^T
+        else:
+            part = lax.dynamic_slice_in_dim(padded, start, b, axis=-2)  # L[I, :]
+        y_i = inv_i @ (lax.dynamic_slice_in_dim(rhs, start, b, axis=-2) - part @ y)
+        return lax.dynamic_update_slice_in_dim(y, y_i, start, axis=-2)
+
+    return lax.fori_loop(0, n, step, jnp.zeros_like(rhs))[..., :d, :]
+
+
+def tril_solve_columns(chol: Array, rhs: Array) -> Array:
+    """``L^-1 B`` for lower-triangular ``chol (..., d, d)`` (only the lower triangle is read)
+    and ``rhs (..., d, R)`` with the same batch shape, by blocked forward substitution
+    (:func:`_substitute`), ``O(d^2 R)`` instead of the ``O(d^3)`` of forming ``L^-1``. No
+    LAPACK call. Differentiated implicitly by ``lax.custom_linear_solve`` (the solve is the
+    inverse of ``x -> L x``): ``dY = L^-1 (dB - dL Y)``, and in reverse mode the back
+    substitution ``L^-T`` carries the cotangent, so the gradient costs ``O(d^2 R)`` as well
+    (``tril_inverse``'s derivative ``-W dL W`` is two ``d x d`` products)."""
+    chol = jnp.tril(chol)
+    return lax.custom_linear_solve(
+        lambda x: chol @ x,
+        rhs,
+        lambda _, r: _substitute(chol, r, False),
+        lambda _, r: _substitute(chol, r, True),
+    )
+
+
+def substitution_pays(d: int, num_rhs: int) -> bool:
+    """Whether ``L^-1 B`` with ``num_rhs`` columns per factor is cheaper by substitution
+    (:func:`tril_solve_columns`, ``d^2 R`` in ``d / 16`` sequential steps) than through
+    ``L^-1`` (:func:`tril_inverse`, ``d^3 / 3`` in ``log2(d / 16)`` batched products, then a
+    product). Static. Measured (value and gradient of the mixing rule, full covariances,
+    float32, 2-core CPU; ``R = K M``): substitution 0.64 vs 0.91 ms at ``R = 64, d = 100``,
+    1.1 vs 3.0 ms at ``R = 32, d = 300``, 10 vs 73 ms at ``R = 32, d = 1000``, even at
+    ``R = 32, d = 50``, slower at ``R = 32, d = 20`` (0.17 vs 0.13 ms), ``R = 256, d = 50``
+    (2.7 vs 2.2 ms) and ``R = 1024, d = 200`` (17.6 vs 13.4 ms)."""
+    return d >= 2 * _BLOCK_MAX_DIM and num_rhs < 2 * d
+
+
 def tril_solve(chol: Array, b: Array) -> Array:
-    """``L^-1 b`` for lower-triangular ``chol (..., d, d)`` and vectors ``b (..., d)``."""
+    """``L^-1 b`` for lower-triangular ``chol (..., d, d)`` and vectors ``b (..., d)``
+    (broadcast against each other). Where ``b``'s extra leading axes give few enough vectors
+    per factor (:func:`substitution_pays`) and the factors' batch shape is not broadcast, by
+    substitution (:func:`tril_solve_columns`); else through ``L^-1`` (:func:`tril_inverse`)."""
+    d = chol.shape[-1]
+    chol_batch = chol.shape[:-2]
+    batch = jnp.broadcast_shapes(chol_batch, b.shape[:-1])
+    lead = batch[: len(batch) - len(chol_batch)]
+    per_factor = math.prod(lead)
+    if batch[len(lead) :] == chol_batch and substitution_pays(d, per_factor):
+        cols = jnp.broadcast_to(b, batch + (d,)).reshape((per_factor,) + chol_batch + (d,))
+        y = tril_solve_columns(chol, jnp.moveaxis(cols, 0, -1))  # (..., d, R)
+        return jnp.moveaxis(y, -1, 0).reshape(batch + (d,))
     return jnp.einsum("...ij,...j->...i", tril_inverse(chol), b)
 
 

@@ -42,7 +42,12 @@ i.i.d. rule with ``M`` points per component would have a standard error of at mo
 ``ln(K) / (2 sqrt(M))``; the Sobol' points do better in practice (measured errors in the
 documentation's accuracy table). Float32 is safe: the log-densities enter only through a
 ``log_softmax`` (no cancellation between large terms) and the means are centred first.
-Cost ``O(K^2 M d^2)`` (full) or ``O(K^2 M d)`` (diagonal, as matrix products). Memory:
+Cost ``O(K^2 M d^2)`` (full) or ``O(K^2 M d)`` (diagonal, as matrix products); full
+covariances add ``O(K d^3)`` for the inverses ``L_j^{-1}`` unless the points are few for the
+dimension (``K M < 2 d``, e.g. the ELBO's ``M = 16`` at ``d >= 32 K``), where each ``L_j^{-1}
+(x - mu_j)`` is a forward substitution over all ``K M`` points instead
+(:func:`~numpyro_gmm._kernels.gaussian.tril_solve_columns`, value and gradient in
+``O(K^2 M d^2)``; ``K^2 M d`` floats at once, ``K M d`` one component at a time). Memory:
 while the work of all ``K`` components together fits in :data:`ALL_AT_ONCE_MAX_ELEMENTS`
 floats (``K^2 (M + d)`` diagonal, ``K^2 d (M + d)`` full) the components are evaluated at
 once (diagonal: all pairs ``(i, j)`` as two matrix products over the points; full: a
@@ -81,7 +86,7 @@ from .bounds import (
     rescaled,
     widened,
 )
-from .gaussian import tril_inverse
+from .gaussian import substitution_pays, tril_inverse, tril_solve_columns
 
 Array = jnp.ndarray
 
@@ -300,6 +305,23 @@ def mixing_qmc_entropy(
         quad = jnp.sum(jnp.square(a), -1).reshape(K * K)[None] + 2.0 * (z @ b.T) + jnp.square(z) @ c.T  # (M, K K)
         half = 0.5 * jnp.maximum(quad, 0.0)
         log_joint = log_c - jnp.moveaxis(half.reshape(num_points, K, K), 1, 0)  # (K_i, M, K_j)
+        return total(jnp.mean(_entropy_of_responsibilities(log_joint, finite), -1))
+
+    if scale is None and substitution_pays(d, K * num_points):
+        # Few points for the dimension (the ELBO's M = 16 at d in the hundreds or more): the
+        # K M points x = mu_i + L_i z_m are moved once and each L_j^{-1} (x - mu_j) is a
+        # forward substitution with K M columns (O(K^2 M d^2), gaussian.tril_solve_columns),
+        # instead of forming the K inverses L_j^{-1} (O(K d^3), and as much again for their
+        # gradient). Value and gradient at K = 4, M = 16, float32, 2-core CPU: 0.91 -> 0.64 ms
+        # (d = 100), 9.7 -> 3.3 ms (d = 300), 187 -> 34 ms (d = 1000).
+        points = (locs_c[:, None] + jnp.einsum("iab,mb->ima", scale_tril, z)).reshape(K * num_points, d)
+
+        def half_sq_dist_to(args):  # (K M,): |L_j^{-1} (x - mu_j)|^2 / 2 at every point x
+            mu_j, l_j = args
+            return 0.5 * jnp.sum(jnp.square(tril_solve_columns(l_j, (points - mu_j).T)), 0)
+
+        half = over_components(half_sq_dist_to, (locs_c, scale_tril), K * K * num_points * d, "full")  # (K_j, K M)
+        log_joint = log_c - jnp.moveaxis(half.reshape(K, K, num_points), 0, -1)  # (K_i, M, K_j)
         return total(jnp.mean(_entropy_of_responsibilities(log_joint, finite), -1))
 
     if scale is not None:
