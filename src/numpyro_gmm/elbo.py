@@ -220,8 +220,9 @@ class TraceEntropy_ELBO(ELBO):
     d = 10 Gaussian is the same within the seed-to-seed spread for 8, 16 and 32 points
     (docs/performance.md, "SVI: how many entropy points per step"); and the
     entropy's cost, ``O(K^2 M d r)`` (low rank) / ``O(K^2 M d)`` (diagonal) /
-    ``O(K^2 M d^2)`` (full), falls with ``M`` down to a fixed per-call part of about 1-3 ms CPU
-    (7 ms for full covariances at d = 100): the d = 1000, rank-4 step fell from 68 ms CPU at
+    ``O(K^2 M d^2)`` (full; no ``O(K d^3)`` inverse while ``K M < 2 d``, the points being
+    solved by substitution: docs/performance.md, "Full covariances in high dimension"), falls
+    with ``M`` down to a fixed per-call part of about 1-3 ms CPU: the d = 1000, rank-4 step fell from 68 ms CPU at
     1024 points to 2.9 ms at 16, against 0.37 ms for ``AutoLowRankMultivariateNormal``
     (same section; loaded 2-core machine). Antithetic points and i.i.d. points were measured
     not to lower the noise below that of the shifted Sobol' points, which all components
