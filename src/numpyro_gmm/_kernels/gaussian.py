@@ -317,7 +317,8 @@ def substitution_pays(d: int, num_rhs: int) -> bool:
     (:func:`tril_solve_columns`, ``d^2 R`` in ``d / 16`` sequential steps) than through
     ``L^-1`` (:func:`tril_inverse`, ``d^3 / 3`` in ``log2(d / 16)`` batched products, then a
     product). Static. Measured (value and gradient of the mixing rule, full covariances,
-    float32, 2-core CPU; ``R = K M``): substitution 0.64 vs 0.91 ms at ``R = 64, d = 100``,
+    float32, 2-core CPU, best wall time of 20 calls; ``R = K M``; CPU times in
+    ``benchmarks/substitution.py``): substitution 0.64 vs 0.91 ms at ``R = 64, d = 100``,
     1.1 vs 3.0 ms at ``R = 32, d = 300``, 10 vs 73 ms at ``R = 32, d = 1000``, even at
     ``R = 32, d = 50``, slower at ``R = 32, d = 20`` (0.17 vs 0.13 ms), ``R = 256, d = 50``
     (2.7 vs 2.2 ms) and ``R = 1024, d = 200`` (17.6 vs 13.4 ms)."""
