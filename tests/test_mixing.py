@@ -29,6 +29,7 @@ from numpyro_gmm import (
     mixture_entropy,
 )
 from numpyro_gmm._kernels.gaussian import substitution_pays
+from numpyro_gmm._kernels import mixing as mixing_kernel
 from numpyro_gmm._kernels.mixing import normal_points, shifted_normal_points
 
 LOG_2PIE = math.log(2 * math.pi * math.e)
@@ -171,6 +172,44 @@ def test_check_grads_full_covariance_by_substitution():
     w, locs, tril, M, key = _substitution_case()
     check_grads(lambda lg, m, t: mixing_qmc_entropy(lg, m, t, num_points=M, key=key),
                 (jnp.log(jnp.asarray(w)), jnp.asarray(locs), jnp.asarray(tril)), order=1, modes=("rev",))
+
+
+@pytest.mark.parametrize(
+    "kind,d,K",
+    [("diag", 12, 3), ("full", 12, 3), ("full", 48, 4)],  # full: through L^-1 (K M >= 2 d), by substitution
+)
+def test_one_component_at_a_time_matches_the_numpy_rule(monkeypatch, kind, d, K):
+    """The memory-bounded path (components visited one at a time by a rematerialised
+    ``lax.map``, forced here by setting ``ALL_AT_ONCE_MAX_ELEMENTS`` to 0): its value against
+    the rule evaluated in float64 NumPy/SciPy on the same shifted points
+    (``reference.mixing_rule``), its gradient against the all-at-once path's (checked against
+    finite differences above)."""
+    w, locs, tril = _random_mixture(d, K, 0.2, 7)
+    if kind == "diag":
+        scale = np.abs(np.diagonal(tril, axis1=1, axis2=2))
+        tril = scale[:, :, None] * np.eye(d)
+        factors = (None, jnp.asarray(scale, ftype()))
+    else:
+        factors = (jnp.asarray(tril, ftype()), None)
+    M, key = 16, jax.random.PRNGKey(3)
+    assert substitution_pays(d, K * M) == (d == 48)
+    z = np.asarray(shifted_normal_points(key, M, d, ftype()), float)
+    truth, mixing_term = reference.mixing_rule(w, locs, tril, z)
+    assert mixing_term > 0.05
+
+    def value_and_grad():  # traced anew: the limits are read while tracing
+        f = lambda lg, m, f0, f1: mixing_kernel.mixing_qmc_entropy(lg, m, f0, f1, num_points=M, key=key)  # noqa: E731
+        return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2 if kind == "full" else 3)))(
+            *_as_f(np.log(w), locs), *factors)
+
+    at_once, grads_at_once = value_and_grad()
+    monkeypatch.setitem(mixing_kernel.ALL_AT_ONCE_MAX_ELEMENTS, kind, 0)
+    one_at_a_time, grads = value_and_grad()
+    rtol = 1e-12 if X64 else 2e-6
+    np.testing.assert_allclose(one_at_a_time, truth, rtol=rtol)
+    np.testing.assert_allclose(at_once, truth, rtol=rtol)
+    for g, g0 in zip(grads, grads_at_once):
+        np.testing.assert_allclose(g, g0, rtol=1e-9 if X64 else 1e-4, atol=1e-12 if X64 else 1e-5)
 
 
 def test_points_are_deterministic_standard_normal_and_finite():
