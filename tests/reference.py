@@ -258,14 +258,22 @@ def hard_mixture(name, d, K, seed=0):
 
 def mixing_rule(weights, locs, trils, z):
     """The mixing split's rule on given standard-normal points ``z (M, d)`` (float64 NumPy/SciPy):
-    ``sum_i w_i (H(N_i) - mean_m H(r(mu_i + L_i z_m))) + H(w)``, ``r`` the responsibilities,
-    each ``L_j^-1 (x - mu_j)`` by SciPy's ``solve_triangular``. No clipping (the randomised rule's)."""
+    ``sum_i w_i (H(N_i) - mean_m H(r(mu_i + L_i z_m))) + H(w)``, ``r`` the responsibilities.
+    Returns ``(entropy, mixing term)``; no clipping (the randomised rule's)."""
+    trils = np.asarray(trils, float)
+    x = np.asarray(locs, float)[:, None] + np.asarray(z, float) @ np.swapaxes(trils, -1, -2)  # (K, M, d)
+    return mixing_rule_on_points(weights, locs, trils, x)
+
+
+def mixing_rule_on_points(weights, locs, trils, x):
+    """:func:`mixing_rule` with the points ``x (K, M, d)`` given (``x[i]`` drawn from component
+    ``i``): each ``L_j^-1 (x - mu_j)`` by SciPy's ``solve_triangular``."""
     from scipy.linalg import solve_triangular
 
-    weights, locs, trils, z = (np.asarray(a, float) for a in (weights, locs, trils, z))
+    weights, locs, trils, x = (np.asarray(a, float) for a in (weights, locs, trils, x))
     K, d = locs.shape
     log_det = np.sum(np.log(np.abs(np.diagonal(trils, axis1=1, axis2=2))), 1)
-    x = (locs[:, None] + z @ np.swapaxes(trils, -1, -2)).reshape(-1, d)  # (K M, d), component-major
+    x = x.reshape(-1, d)  # (K M, d), component-major
     log_joint = np.stack(
         [
             np.log(weights[j]) - log_det[j]

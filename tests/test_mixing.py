@@ -29,6 +29,7 @@ from numpyro_gmm import (
     mixture_entropy,
 )
 from numpyro_gmm._kernels.gaussian import substitution_pays
+from numpyro_gmm._kernels import lowrank as lowrank_kernel
 from numpyro_gmm._kernels import mixing as mixing_kernel
 from numpyro_gmm._kernels.mixing import normal_points, shifted_normal_points
 
@@ -176,30 +177,41 @@ def test_check_grads_full_covariance_by_substitution():
 
 @pytest.mark.parametrize(
     "kind,d,K",
-    [("diag", 12, 3), ("full", 12, 3), ("full", 48, 4)],  # full: through L^-1 (K M >= 2 d), by substitution
+    # full: through L^-1 (K M >= 2 d), by substitution; low rank: rank 2
+    [("diag", 12, 3), ("full", 12, 3), ("full", 48, 4), ("lowrank", 30, 3)],
 )
 def test_one_component_at_a_time_matches_the_numpy_rule(monkeypatch, kind, d, K):
     """The memory-bounded path (components visited one at a time by a rematerialised
-    ``lax.map``, forced here by setting ``ALL_AT_ONCE_MAX_ELEMENTS`` to 0): its value against
-    the rule evaluated in float64 NumPy/SciPy on the same shifted points
-    (``reference.mixing_rule``), its gradient against the all-at-once path's (checked against
-    finite differences above)."""
+    ``lax.map``, forced here by setting ``ALL_AT_ONCE_MAX_ELEMENTS`` to 0) of the mixing rule
+    and of the low-rank one: its value against the rule evaluated in float64 NumPy/SciPy on
+    the same shifted points (``reference.mixing_rule_on_points``), its gradient against the
+    all-at-once path's (checked against finite differences elsewhere)."""
     w, locs, tril = _random_mixture(d, K, 0.2, 7)
-    if kind == "diag":
-        scale = np.abs(np.diagonal(tril, axis1=1, axis2=2))
-        tril = scale[:, :, None] * np.eye(d)
-        factors = (None, jnp.asarray(scale, ftype()))
-    else:
-        factors = (jnp.asarray(tril, ftype()), None)
     M, key = 16, jax.random.PRNGKey(3)
     assert substitution_pays(d, K * M) == (d == 48)
-    z = np.asarray(shifted_normal_points(key, M, d, ftype()), float)
-    truth, mixing_term = reference.mixing_rule(w, locs, tril, z)
+    if kind == "lowrank":  # x = mu + W e + sqrt(D) eps on the (M, r + d) points, as the kernel draws them
+        rng = np.random.default_rng(1)
+        cov_factor, cov_diag = 0.4 * rng.normal(size=(K, d, 2)), np.exp(0.3 * rng.normal(size=(K, d)))
+        z = np.asarray(shifted_normal_points(key, M, 2 + d, ftype()), float)
+        x = locs[:, None] + z[:, :2] @ np.swapaxes(cov_factor, -1, -2) + z[:, 2:] * np.sqrt(cov_diag)[:, None]
+        tril = np.linalg.cholesky(cov_factor @ np.swapaxes(cov_factor, -1, -2) + cov_diag[:, :, None] * np.eye(d))
+        truth, mixing_term = reference.mixing_rule_on_points(w, locs, tril, x)
+        kernel, factors = lowrank_kernel.lowrank_mixing_qmc_entropy, _as_f(cov_factor, cov_diag)
+    else:
+        if kind == "diag":
+            scale = np.abs(np.diagonal(tril, axis1=1, axis2=2))
+            tril = scale[:, :, None] * np.eye(d)
+            factors = (None, jnp.asarray(scale, ftype()))
+        else:
+            factors = (jnp.asarray(tril, ftype()), None)
+        z = np.asarray(shifted_normal_points(key, M, d, ftype()), float)
+        truth, mixing_term = reference.mixing_rule(w, locs, tril, z)
+        kernel = mixing_kernel.mixing_qmc_entropy
     assert mixing_term > 0.05
 
     def value_and_grad():  # traced anew: the limits are read while tracing
-        f = lambda lg, m, f0, f1: mixing_kernel.mixing_qmc_entropy(lg, m, f0, f1, num_points=M, key=key)  # noqa: E731
-        return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2 if kind == "full" else 3)))(
+        f = lambda lg, m, f0, f1: kernel(lg, m, f0, f1, num_points=M, key=key)  # noqa: E731
+        return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 3 if kind == "diag" else 2)))(
             *_as_f(np.log(w), locs), *factors)
 
     at_once, grads_at_once = value_and_grad()
