@@ -44,8 +44,8 @@ documentation's accuracy table). Float32 is safe: the log-densities enter only t
 ``log_softmax`` (no cancellation between large terms) and the means are centred first.
 Cost ``O(K^2 M d^2)`` (full) or ``O(K^2 M d)`` (diagonal, as matrix products); full
 covariances add ``O(K d^3)`` for the inverses ``L_j^{-1}`` unless the points are few for the
-dimension (``K M < 2 d``, e.g. the ELBO's ``M = 16`` at ``d >= 32 K``), where each ``L_j^{-1}
-(x - mu_j)`` is a forward substitution over all ``K M`` points instead
+dimension (``K M < 2 d`` and ``d >= 32``, e.g. the ELBO's ``M = 16`` at ``d > 8 K``), where
+each ``L_j^{-1} (x - mu_j)`` is a forward substitution over all ``K M`` points instead
 (:func:`~numpyro_gmm._kernels.gaussian.tril_solve_columns`, value and gradient in
 ``O(K^2 M d^2)``; ``K^2 M d`` floats at once, ``K M d`` one component at a time). Memory:
 while the work of all ``K`` components together fits in :data:`ALL_AT_ONCE_MAX_ELEMENTS`
