@@ -262,22 +262,26 @@ def precision_of_tril(chol: Array) -> Array:
     return jnp.swapaxes(w, -1, -2) @ w
 
 
-def _substitute(chol: Array, rhs: Array, transpose: bool) -> Array:
-    r"""``L^-1 B`` (``transpose=False``) or ``L^-T B`` for lower-triangular ``chol (..., d, d)``
-    and ``rhs (..., d, R)`` (same batch shape) by blocked substitution: ``L`` padded with an
-    identity block to ``n`` blocks of ``b = _BLOCK_MAX_DIM`` rows, the ``n`` diagonal blocks
-    inverted at once by the row loop (``O(d b^2)``), then one block row per step of a
-    ``fori_loop``, forward ``Y_I = L_II^{-1} (B_I - L_{I,:} Y)`` or backward
-    ``Y_I = L_II^{-T} (B_I - L_{:,I}^T Y)``. The rows of ``Y`` not yet solved are still zero,
-    so the whole block row (column) of ``L`` can multiply ``Y`` with static shapes: ``d^2 R``
-    multiply-adds as ``(b, d) x (d, R)`` products, against ``d^3 / 3`` for ``L^-1`` itself.
-    ``L`` must be lower triangular (the callers mask it): entries above the diagonal would
-    meet solved rows."""
-    d = chol.shape[-1]
-    b = _BLOCK_MAX_DIM
-    n = math.ceil(d / b)
-    padded = _pad_with_identity(chol, n * b)
-    inv = _tril_inverse_loop(_diagonal_blocks(padded, n))  # (..., n, b, b): L_II^-1
+def _substitution_blocks(chol: Array):
+    """``(padded, inv)`` for :func:`_substitute`: ``L`` padded with an identity block to
+    ``n b`` rows (``b = _BLOCK_MAX_DIM``) and the inverses of its ``n`` diagonal blocks
+    ``(..., n, b, b)``, by the row loop (``O(d b^2)``)."""
+    n = math.ceil(chol.shape[-1] / _BLOCK_MAX_DIM)
+    padded = _pad_with_identity(chol, n * _BLOCK_MAX_DIM)
+    return padded, _tril_inverse_loop(_diagonal_blocks(padded, n))
+
+
+def _substitute(padded: Array, inv: Array, rhs: Array, transpose: bool) -> Array:
+    r"""``L^-1 B`` (``transpose=False``) or ``L^-T B`` for lower-triangular ``L`` given as
+    :func:`_substitution_blocks` and ``rhs (..., d, R)`` (same batch shape) by blocked
+    substitution, one block row per step of a ``fori_loop``, forward
+    ``Y_I = L_II^{-1} (B_I - L_{I,:} Y)`` or backward ``Y_I = L_II^{-T} (B_I - L_{:,I}^T Y)``.
+    The rows of ``Y`` not yet solved are still zero, so the whole block row (column) of ``L``
+    can multiply ``Y`` with static shapes: ``d^2 R`` multiply-adds as ``(b, d) x (d, R)``
+    products, against ``d^3 / 3`` for ``L^-1`` itself. ``L`` must be lower triangular (the
+    callers mask it): entries above the diagonal would meet solved rows."""
+    d = rhs.shape[-2]
+    n, b = inv.shape[-3], _BLOCK_MAX_DIM
     rhs = jnp.pad(rhs, [(0, 0)] * (rhs.ndim - 2) + [(0, n * b - d), (0, 0)])
 
     def step(k, y):
@@ -304,11 +308,12 @@ def tril_solve_columns(chol: Array, rhs: Array) -> Array:
     substitution ``L^-T`` carries the cotangent, so the gradient costs ``O(d^2 R)`` as well
     (``tril_inverse``'s derivative ``-W dL W`` is two ``d x d`` products)."""
     chol = jnp.tril(chol)
+    padded, inv = _substitution_blocks(chol)  # once, for the solve and its transpose
     return lax.custom_linear_solve(
         lambda x: chol @ x,
         rhs,
-        lambda _, r: _substitute(chol, r, False),
-        lambda _, r: _substitute(chol, r, True),
+        lambda _, r: _substitute(padded, inv, r, False),
+        lambda _, r: _substitute(padded, inv, r, True),
     )
 
 
