@@ -256,9 +256,10 @@ def test_logits_gradient_matches_finite_difference_and_quadrature():
     def per_particle(logits):
         """Per-particle loss and its gradient in the logits, one particle per key."""
 
-        def one(key):
+        def one(key):  # without the weights' control variate: the derivative of each particle's loss
             return jax.value_and_grad(
-                lambda lg: TraceEntropy_ELBO().loss(key, {**params, "auto_logits": lg}, scale_model, guide, y)
+                lambda lg: TraceEntropy_ELBO(weight_control_variate=False).loss(
+                    key, {**params, "auto_logits": lg}, scale_model, guide, y)
             )(logits)
 
         return jax.vmap(one)(keys)
@@ -297,7 +298,8 @@ def test_common_noise_for_the_weights_only_keeps_the_value_and_the_other_gradien
     def both(key):  # per particle, independent and "weights", in one program
         return [
             jax.value_and_grad(lambda p: elbo.loss(key, p, scale_model, guide, y))(params)
-            for elbo in (TraceEntropy_ELBO(), TraceEntropy_ELBO(common_component_noise="weights"))
+            for elbo in (TraceEntropy_ELBO(weight_control_variate=False),
+                         TraceEntropy_ELBO(common_component_noise="weights", weight_control_variate=False))
         ]
 
     (v_ind, g_ind), (v_w, g_w) = jax.jit(jax.vmap(both))(keys)
@@ -310,6 +312,114 @@ def test_common_noise_for_the_weights_only_keeps_the_value_and_the_other_gradien
 
     se = grads.std(0) / np.sqrt(len(grads))
     np.testing.assert_array_less(np.abs(grads.mean(0) - _exact_logits_gradient(params)), 4 * se + 0.02)
+
+
+def test_weight_control_variate_keeps_the_value_and_the_other_gradients_and_is_unbiased():
+    # weight_control_variate (the default): the value and the gradients of the locations and
+    # factors are those without it (the same key gives the same numbers); the logits'
+    # gradient uses L_k - c_k, whose expectation is the exact gradient (quadrature, as above).
+    y, guide, params, keys = _gradient_setup()
+
+    def both(key):
+        return [
+            jax.value_and_grad(lambda p: elbo.loss(key, p, scale_model, guide, y))(params)
+            for elbo in (TraceEntropy_ELBO(weight_control_variate=False), TraceEntropy_ELBO())
+        ]
+
+    (v_off, g_off), (v_on, g_on) = jax.jit(jax.vmap(both))(keys)
+    rtol = 1e-12 if X64 else 1e-5
+    np.testing.assert_allclose(v_on, v_off, rtol=rtol, atol=rtol)
+    for name in ("auto_locs", "auto_scale_tril"):
+        np.testing.assert_allclose(g_on[name], g_off[name], rtol=rtol, atol=rtol)
+    grads = np.asarray(g_on["auto_logits"], np.float64)
+    assert not np.allclose(grads, np.asarray(g_off["auto_logits"], np.float64))
+    se = grads.std(0) / np.sqrt(len(grads))
+    np.testing.assert_array_less(np.abs(grads.mean(0) - _exact_logits_gradient(params)), 4 * se + 0.02)
+
+
+def _separated_mixture_model(locs, sds, masses):
+    """z ~ sum_k m_k N(mu_k, diag(s_k^2)) (NumPyro's MixtureSameFamily): the posterior is
+    that mixture."""
+
+    def model():
+        comp = dist.Normal(jnp.asarray(locs), jnp.asarray(sds)).to_event(1)
+        numpyro.sample("z", dist.MixtureSameFamily(dist.Categorical(probs=jnp.asarray(masses)), comp))
+
+    return model
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])
+def test_weight_control_variate_removes_the_noise_of_the_weights_at_an_exact_fit(covariance):
+    # Target: three Gaussians 40 sds apart (masses 0.5, 0.3, 0.2), d = 4; guide components
+    # equal to the target's, weights not: each component term is ln m_k + ln N_k(z_k) up to
+    # e^-800, so L_k - c_k = ln m_k - H_k exactly, and the logits' gradient of the loss is,
+    # for every key, -w_j (a_j - sum_k w_k a_k) with a_k = ln m_k - ln w_k (the exact ELBO
+    # sum_k w_k (ln m_k - ln w_k) + const, the components not overlapping). Without the
+    # control variate the same gradient scatters by the chi-square noise of ln N_k(z_k).
+    dt = fdtype()
+    d, r = 4, 2
+    rng = np.random.default_rng(3)
+    sds = rng.uniform(0.5, 2.0, (3, d))
+    locs = np.array([-40.0, 0.0, 40.0])[:, None] * np.ones(d) * 2.0
+    masses = np.array([0.5, 0.3, 0.2])
+    model = _separated_mixture_model(locs.astype(dt), sds.astype(dt), masses.astype(dt))
+    guide = AutoGaussianMixture(model, num_components=3, covariance=covariance, init_method="spread",
+                                **({"rank": r} if covariance == "lowrank" else {}))
+    setup_guide(guide, model)
+    logits = np.array([0.4, -0.1, 0.2])
+    params = {"auto_logits": jnp.asarray(logits, dt), "auto_locs": jnp.asarray(locs, dt)}
+    if covariance == "full":
+        params["auto_scale_tril"] = jnp.asarray(np.eye(d) * sds[:, None], dt)
+    elif covariance == "diag":
+        params["auto_scale"] = jnp.asarray(sds, dt)
+    else:  # W = 0 (a cov_diag-only component is the target's diagonal one)
+        params["auto_cov_factor"] = jnp.zeros((3, d, r), dt)
+        params["auto_cov_diag"] = jnp.asarray(sds**2, dt)
+    w = np.exp(logits - logsumexp(logits))
+    a = np.log(masses) - np.log(w)
+    exact = -w * (a - w @ a)  # the gradient of the loss (minus the ELBO)
+    keys = jax.random.split(jax.random.PRNGKey(0), 64)
+
+    def logits_grads(elbo):
+        grad = jax.vmap(lambda k: jax.grad(lambda p: elbo.loss(k, p, model, guide))(params)["auto_logits"])
+        return np.asarray(jax.jit(grad)(keys), np.float64)
+
+    with_cv, without = logits_grads(TraceEntropy_ELBO()), logits_grads(TraceEntropy_ELBO(weight_control_variate=False))
+    tol = 1e-6 if X64 else 2e-4
+    np.testing.assert_allclose(with_cv, np.broadcast_to(exact, with_cv.shape), atol=tol)
+    assert np.all(without.std(0) > 0.05)
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])
+@pytest.mark.parametrize("common", [False, True])
+def test_draws_and_control_variates_match_scipy(covariance, common):
+    # c_k = ln N_k(z_k) + H[N_k] at each component's own draw: SciPy's multivariate normal
+    # log density and entropy (float64) on the returned draws; and its mean over 4,000 keys
+    # is zero (Monte Carlo, 5 standard errors of a (d - chi2_d) / 2 variable).
+    from numpyro_gmm.elbo import component_draws, draws_and_control_variates
+
+    dt = fdtype()
+    rng = np.random.default_rng(1)
+    K, d, r = 3, 5, 2
+    loc = jnp.asarray(rng.normal(size=(K, d)), dt)
+    if covariance == "full":
+        tril = np.tril(rng.normal(size=(K, d, d)) * 0.5, -1) + np.eye(d) * rng.uniform(0.5, 2, (K, 1, d))
+        mix = GaussianMixture(loc, scale_tril=jnp.asarray(tril, dt))
+    elif covariance == "diag":
+        mix = GaussianMixture(loc, scale=jnp.asarray(rng.uniform(0.5, 2, (K, d)), dt))
+    else:
+        mix = GaussianMixture(loc, cov_factor=jnp.asarray(rng.normal(size=(K, d, r)), dt),
+                              cov_diag=jnp.asarray(rng.uniform(0.3, 2, (K, d)), dt))
+    cov = np.asarray(mix.component_covariance_matrix, np.float64)
+    keys = jax.random.split(jax.random.PRNGKey(2), 4000)
+    z, c = jax.jit(jax.vmap(lambda k: draws_and_control_variates(mix, k, common)))(keys)
+    np.testing.assert_allclose(z[0], component_draws(mix, keys[0], common), rtol=1e-6, atol=1e-6)
+    z, c = np.asarray(z, np.float64), np.asarray(c, np.float64)
+    for k in range(K):
+        normal = stats.multivariate_normal(np.asarray(loc[k], np.float64), cov[k])
+        expect = normal.logpdf(z[:50, k]) + normal.entropy()
+        np.testing.assert_allclose(c[:50, k], expect, rtol=1e-4 if dt == np.float32 else 1e-9, atol=1e-4 if dt == np.float32 else 1e-9)
+        assert abs(c[:, k].mean()) < 5 * np.sqrt(d / 2) / np.sqrt(len(keys))
 
 
 # ----------------------------------------------------------------------------- inference
