@@ -235,9 +235,16 @@ class TraceEntropy_ELBO(ELBO):
     (:math:`\mathbb E[c_k] = 0`, ``c_k`` not depending on them); and where the posterior
     around component ``k``'s mode is that Gaussian up to a constant factor, :math:`L_k -
     c_k` is that constant's logarithm: no noise at all (the idea of Roeder, Wu and Duvenaud,
-    *Sticking the landing*, NeurIPS 2017, applied to the weights only). Where a component
-    is much narrower than the posterior around it, ``c_k`` adds about :math:`\sqrt{d/2}`
-    nats of noise instead; the default initialisation of
+    *Sticking the landing*, NeurIPS 2017, applied to the weights only). For a Gaussian
+    posterior :math:`\mathcal N(m, \Sigma)` around the mode and a component
+    :math:`\mathcal N(m, s^2 \Sigma)`, :math:`\operatorname{Var} L_k = s^4 d / 2` and
+    :math:`\operatorname{Var}(L_k - c_k) = (1 - s^2)^2 d / 2`: lower for :math:`s^2 > 1/2`,
+    zero at the fit :math:`s = 1`, higher for components much narrower than the posterior
+    (e.g. ``init_method="spread"``'s ``init_scale = 0.1`` before the scales have grown); for
+    a diagonal component at the mean-field optimum the variance falls by exactly
+    :math:`d / 2` (with :math:`\Lambda = \Sigma^{-1}` and the component's variances
+    :math:`1 / \Lambda_{ii}`, :math:`L_k - c_k` is the off-diagonal part of the quadratic
+    form, uncorrelated with the diagonal part). The default initialisation of
     :class:`~numpyro_gmm.AutoGaussianMixture` starts the components at fits of their modes.
     No model evaluation is added (low-rank components: ``K`` Woodbury log densities,
     ``O(K d r)``). Measured with ``benchmarks/posteriors.py`` (AutoGaussianMixture
