@@ -216,6 +216,41 @@ def test_bad_arguments_raise(kwargs, match):
         AutoGaussianMixture(model, **kwargs)
 
 
+def test_full_covariance_beyond_its_memory_limit_raises_before_allocating(monkeypatch):
+    # The estimate FULL_MEMORY_FACTOR * K d^2 floats against FULL_COVARIANCE_MAX_BYTES: with
+    # the limit set to exactly the estimate at K = 2, d = 100, that size sets up and d = 101
+    # raises, naming the sizes and the alternatives; the low-rank guide at d = 101 sets up.
+    import numpyro_gmm.autoguide as ag
+
+    itemsize = np.dtype(fdtype()).itemsize
+    monkeypatch.setattr(ag, "FULL_COVARIANCE_MAX_BYTES", ag.FULL_MEMORY_FACTOR * 2 * 100**2 * itemsize)
+
+    def setup(d, **kwargs):
+        def wide():
+            numpyro.sample("z", dist.Normal(0.0, 1.0).expand([d]).to_event(1))
+
+        guide = AutoGaussianMixture(wide, num_components=2, init_method="spread", **kwargs)
+        with handlers.seed(rng_seed=0):
+            guide._setup_prototype()
+        return guide
+
+    assert setup(100).latent_dim == 100
+    with pytest.raises(ValueError, match=r"num_components=2 at latent_dim=101.*K d\^2 = 2.04e\+04.*covariance='lowrank'"):
+        setup(101)
+    assert setup(101, covariance="lowrank", rank=2).latent_dim == 101
+
+
+def test_full_covariance_at_twenty_thousand_dimensions_raises_at_svi_init():
+    # The default covariance at d = 20,000 (K = 4: 1.6e9 factor entries, about 60 GiB in
+    # float32) refuses at SVI.init instead of allocating the Hessians and factors.
+    def wide():
+        numpyro.sample("z", dist.Normal(0.0, 1.0).expand([20_000]).to_event(1))
+
+    svi = SVI(wide, AutoGaussianMixture(wide, num_components=4), numpyro.optim.Adam(0.01), TraceEntropy_ELBO())
+    with pytest.raises(ValueError, match="FULL_COVARIANCE_MAX_BYTES"):
+        svi.init(jax.random.PRNGKey(0))
+
+
 @pytest.mark.float32_pass
 def test_bad_quantiles_raise():
     guide = make_guide(num_components=2)

@@ -40,6 +40,17 @@ _INIT_METHODS = ("fits", "spread")
 NEWTON_MAX_DIM = 100
 #: Draws, common to all fits, of the refined fits' ELBO scores.
 NEWTON_SCORE_DRAWS = 64
+#: Largest estimated memory (bytes) of ``covariance="full"``: ``FULL_MEMORY_FACTOR * K d^2``
+#: floats (see :func:`_check_full_covariance_memory`); beyond it the guide raises
+#: ``ValueError`` before allocating. Raise it on a machine with more memory.
+FULL_COVARIANCE_MAX_BYTES = 1 << 33
+#: Copies of the ``K`` dense ``d x d`` factors held at the peak: the parameter (unconstrained
+#: and constrained), its gradient, an Adam-type optimiser's two moments, and at the
+#: initialisation the Laplace Hessians and their factorisations. Measured: peak resident
+#: memory 3.7 GB at ``K = 4``, ``d = 5000``, float32 (``SVI.init`` then steps), where one copy
+#: ``K d^2`` is 0.4 GB. With the 8 GiB limit, float32: ``d`` up to 7,327 at ``K = 4``, 10,362
+#: at ``K = 2`` (5,181 and 7,327 in float64).
+FULL_MEMORY_FACTOR = 10
 
 
 class _StepScaled:
@@ -116,6 +127,23 @@ class _StepScaledUnitLowerCholeskyTransform(_StepScaled, ScaledUnitLowerCholesky
 @biject_to.register(_StepScaledUnitLowerCholesky)
 def _transform_to_step_scaled_unit_lower_cholesky(constraint):
     return _StepScaledUnitLowerCholeskyTransform(constraint.scale)
+
+
+def _check_full_covariance_memory(num_components: int, dim: int, dtype) -> None:
+    """``ValueError`` when ``covariance="full"`` would need more than
+    :data:`FULL_COVARIANCE_MAX_BYTES` (estimated as ``FULL_MEMORY_FACTOR * K d^2`` floats)."""
+    entries = num_components * dim * dim
+    nbytes = FULL_MEMORY_FACTOR * entries * jnp.dtype(dtype).itemsize
+    if nbytes > FULL_COVARIANCE_MAX_BYTES:
+        raise ValueError(
+            f"covariance='full' with num_components={num_components} at latent_dim={dim} has "
+            f"K d^2 = {entries:.3g} dense Cholesky-factor entries: about {nbytes / 2**30:.3g} GiB "
+            f"({FULL_MEMORY_FACTOR} copies: the parameter, its gradient, the optimiser's moments, "
+            f"the initial Hessians; {jnp.dtype(dtype).name}), beyond FULL_COVARIANCE_MAX_BYTES = "
+            f"{FULL_COVARIANCE_MAX_BYTES / 2**30:.3g} GiB (numpyro_gmm.autoguide). Use "
+            "covariance='lowrank' (O(K d r) memory and time per step) or 'diag' (O(K d)), or raise "
+            "that limit on a machine with the memory."
+        )
 
 
 def _spread_directions(num_components: int, dim: int) -> np.ndarray:
@@ -299,7 +327,11 @@ class AutoGaussianMixture(AutoContinuous):
 
     :param model: a NumPyro model with continuous latent variables (no local latents).
     :param int num_components: ``K >= 1``.
-    :param str covariance: ``"full"``, ``"diag"`` or ``"lowrank"``.
+    :param str covariance: ``"full"``, ``"diag"`` or ``"lowrank"``. ``"full"`` raises
+        ``ValueError`` at the guide's first call when ``FULL_MEMORY_FACTOR * K d^2`` floats
+        (10: the factors, their gradient, the optimiser's moments, the initial Hessians)
+        exceed ``FULL_COVARIANCE_MAX_BYTES`` (8 GiB; with ``K = 4``, ``d`` above 7,327 in
+        float32), naming ``"lowrank"`` and ``"diag"``, instead of allocating them.
     :param int rank: ``r >= 1`` for ``covariance="lowrank"``; default (``None``)
         ``round(sqrt(latent_dim))`` as ``AutoLowRankMultivariateNormal``. Ignored otherwise.
     :param init_loc_fn: per-site initialisation strategy (see ``numpyro.infer.initialization``);
@@ -396,6 +428,8 @@ class AutoGaussianMixture(AutoContinuous):
 
     def _setup_prototype(self, *args, **kwargs):
         super()._setup_prototype(*args, **kwargs)
+        if self.covariance == "full":
+            _check_full_covariance_memory(self.num_components, self.latent_dim, jnp.result_type(self._init_latent))
         model = self.model
         names = list(self._init_locs)
 
