@@ -565,6 +565,8 @@ def test_bad_arguments_raise():
         TraceEntropy_ELBO(common_component_noise=1)
     with pytest.raises(ValueError, match="common_component_noise"):
         TraceEntropy_ELBO(common_component_noise="all")
+    with pytest.raises(ValueError, match="weight_control_variate"):
+        TraceEntropy_ELBO(weight_control_variate=1)
 
 
 @pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])

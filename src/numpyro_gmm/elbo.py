@@ -254,7 +254,10 @@ class TraceEntropy_ELBO(ELBO):
     No model evaluation is added, and nothing measurable to the step (CPU time per step of
     AutoGaussianMixture(K = 4) on ``z ~ N(0, I_d)``, without / with: low rank, rank 4,
     ``d = 100`` 0.40 / 0.37 ms, ``d = 1000`` 2.14 / 2.14 ms; diagonal ``d = 1000`` 0.61 /
-    0.59 ms; full ``d = 100`` 1.50 / 1.50 ms). Measured with ``benchmarks/posteriors.py`` (AutoGaussianMixture
+    0.59 ms; full ``d = 100`` 1.50 / 1.50 ms). With common draws (``common_component_noise``
+    ``True`` or ``"weights"``) the diagonal and full components' ``c_k`` are one number for
+    all ``k``, which cancels from ``L_j - sum_k w_k L_k``: there the control variate changes
+    nothing. Measured with ``benchmarks/posteriors.py`` (AutoGaussianMixture
     defaults, ``Adam(0.02)``, 3000 steps, 10 seeds; median / largest mode-mass error
     without -> with): ``bimodal_gauss`` 0.021 / 0.044 -> 0.013 / 0.021, ``four_modes``
     0.017 / 0.029 -> 0.006 / 0.016, ``label_switching`` 0.014 / 0.037 -> 0.006 / 0.015,
