@@ -202,6 +202,33 @@ def test_init_runs_under_jit():
         np.testing.assert_allclose(jitted[k], eager[k], atol=tol)
 
 
+def test_initialisation_compiled_once_per_prototype_with_its_options(monkeypatch):
+    # SVI.init (outside any trace) compiles the initialisation with INIT_COMPILER_OPTIONS on
+    # the CPU and keeps the program: a second init with another key reuses it (one entry in
+    # the jit's cache; the Newton-refined fits of both keys may end on the same modes, so the
+    # parameters need not differ); an option this XLA does not know falls back to the default
+    # compilation with the same result.
+    import numpyro_gmm.autoguide as ag
+
+    def init(key, guide):
+        svi = SVI(bimodal_model, guide, numpyro.optim.Adam(0.05), TraceEntropy_ELBO())
+        return svi.get_params(svi.init(jax.random.PRNGKey(key)))
+
+    guide = AutoGaussianMixture(bimodal_model, num_components=2)
+    first, second = init(5, guide), init(6, guide)
+    programs = guide._init_programs
+    assert "plain" not in programs and programs["tuned"]._cache_size() == 1
+    assert np.all(np.isfinite(second["auto_locs"]))
+
+    monkeypatch.setattr(ag, "INIT_COMPILER_OPTIONS", {"xla_no_such_option_of_this_test": False})
+    other = AutoGaussianMixture(bimodal_model, num_components=2)
+    fallback = init(5, other)
+    assert other._init_programs["tuned"] is None and other._init_programs["plain"]._cache_size() == 1
+    tol = 1e-10 if X64 else 1e-4
+    for k in first:
+        np.testing.assert_allclose(fallback[k], first[k], atol=tol)
+
+
 def test_spread_method_keeps_components_around_init_point():
     guide, params = fitted_guide(bimodal_model, num_components=2, init_method="spread", init_scale=0.2)
     locs = np.asarray(params["auto_locs"])
