@@ -390,6 +390,20 @@ def test_weight_control_variate_removes_the_noise_of_the_weights_at_an_exact_fit
     assert np.all(without.std(0) > 0.05)
 
 
+def _random_mixture(covariance, loc, rng, r):
+    """A ``GaussianMixture`` at ``loc (K, d)`` with random components of the given kind (low
+    rank: rank ``r``), its factors drawn from the NumPy generator ``rng``."""
+    dt = loc.dtype
+    K, d = loc.shape
+    if covariance == "full":
+        tril = np.tril(rng.normal(size=(K, d, d)) * 0.5, -1) + np.eye(d) * rng.uniform(0.5, 2, (K, 1, d))
+        return GaussianMixture(loc, scale_tril=jnp.asarray(tril, dt))
+    if covariance == "diag":
+        return GaussianMixture(loc, scale=jnp.asarray(rng.uniform(0.5, 2, (K, d)), dt))
+    return GaussianMixture(loc, cov_factor=jnp.asarray(rng.normal(size=(K, d, r)), dt),
+                           cov_diag=jnp.asarray(rng.uniform(0.3, 2, (K, d)), dt))
+
+
 @pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])
 @pytest.mark.parametrize("common", [False, True])
 def test_draws_and_control_variates_match_scipy(covariance, common):
@@ -402,14 +416,7 @@ def test_draws_and_control_variates_match_scipy(covariance, common):
     rng = np.random.default_rng(1)
     K, d, r = 3, 5, 2
     loc = jnp.asarray(rng.normal(size=(K, d)), dt)
-    if covariance == "full":
-        tril = np.tril(rng.normal(size=(K, d, d)) * 0.5, -1) + np.eye(d) * rng.uniform(0.5, 2, (K, 1, d))
-        mix = GaussianMixture(loc, scale_tril=jnp.asarray(tril, dt))
-    elif covariance == "diag":
-        mix = GaussianMixture(loc, scale=jnp.asarray(rng.uniform(0.5, 2, (K, d)), dt))
-    else:
-        mix = GaussianMixture(loc, cov_factor=jnp.asarray(rng.normal(size=(K, d, r)), dt),
-                              cov_diag=jnp.asarray(rng.uniform(0.3, 2, (K, d)), dt))
+    mix = _random_mixture(covariance, loc, rng, r)
     cov = np.asarray(mix.component_covariance_matrix, np.float64)
     keys = jax.random.split(jax.random.PRNGKey(2), 4000)
     z, c = jax.jit(jax.vmap(lambda k: draws_and_control_variates(mix, k, common)))(keys)
@@ -580,14 +587,7 @@ def test_common_component_draws_share_the_noise_and_keep_each_component(covarian
     rng = np.random.default_rng(0)
     K, d, r = 3, 4, 2
     loc = jnp.asarray(rng.normal(size=(K, d)) * 3, dt)
-    if covariance == "full":
-        tril = np.tril(rng.normal(size=(K, d, d)) * 0.5, -1) + np.eye(d) * rng.uniform(0.5, 2, (K, 1, d))
-        mix = GaussianMixture(loc, scale_tril=jnp.asarray(tril, dt))
-    elif covariance == "diag":
-        mix = GaussianMixture(loc, scale=jnp.asarray(rng.uniform(0.5, 2, (K, d)), dt))
-    else:
-        mix = GaussianMixture(loc, cov_factor=jnp.asarray(rng.normal(size=(K, d, r)), dt),
-                              cov_diag=jnp.asarray(rng.uniform(0.3, 2, (K, d)), dt))
+    mix = _random_mixture(covariance, loc, rng, r)
     cov = np.asarray(mix.component_covariance_matrix, np.float64)
     keys = jax.random.split(jax.random.PRNGKey(1), 20_000)
     draws = np.asarray(jax.jit(jax.vmap(lambda k: component_draws(mix, k, True)))(keys), np.float64)  # (S, K, d)
