@@ -44,7 +44,7 @@ into one table, figure and check without fitting anything.
 Usage::
 
     python benchmarks/posteriors.py [--quick] [--steps 3000] [--lr 0.02] [--seeds 10] [--common-noise False|True|weights]
-        [--weight-cv True|False]
+        [--weight-cv True|False] [--entropy-points M]
         [--svgd-steps N] [--svgd-seeds 5] [--nuts-warmup N] [--nuts-samples N]
         [--models a,b] [--methods a,b] [--out docs/images] [--json results.json]
     python benchmarks/posteriors.py --from-json a.json,b.json [--out docs/images]
@@ -368,13 +368,16 @@ SVI_GUIDES = {
 }
 
 
-def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise=False, weight_cv=True):
+def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise=False, weight_cv=True,
+                  entropy_points=None):
     """All seeds in one jit(vmap) program: ``(draws (S, n, D), elbo (S,), wall seconds)``;
     ``common_noise`` / ``weight_cv``: ``TraceEntropy_ELBO``'s ``common_component_noise`` /
-    ``weight_control_variate`` (AutoGaussianMixture)."""
+    ``weight_control_variate``, ``entropy_points``: its ``num_entropy_points`` (``None``: the
+    default) (AutoGaussianMixture)."""
     guide = SVI_GUIDES[guide_name](problem)
     if guide_name == "AutoGaussianMixture":
-        loss = TraceEntropy_ELBO(common_component_noise=common_noise, weight_control_variate=weight_cv)
+        points = {} if entropy_points is None else {"num_entropy_points": entropy_points}
+        loss = TraceEntropy_ELBO(common_component_noise=common_noise, weight_control_variate=weight_cv, **points)
     else:
         loss = Trace_ELBO()
     eval_loss = TraceEntropy_ELBO(num_particles=256) if guide_name == "AutoGaussianMixture" else Trace_ELBO(num_particles=256)
@@ -448,7 +451,8 @@ def run_problem(problem, methods, args, rng):
             continue
         if method in SVI_GUIDES:
             flat, elbo, wall = fit_svi_seeds(problem, method, list(range(args.seeds)), args.steps, args.lr,
-                                             MASS_DRAWS, args.common_noise, args.weight_cv == "True")
+                                             MASS_DRAWS, args.common_noise, args.weight_cv == "True",
+                                             args.entropy_points)
             errors = np.array([mode_mass_error(problem, f) for f in flat])
             energies = np.array([energy_distance(f[:1000], ref_sub, scale) for f in flat])
             rows[method] = dict(found=int(np.sum(errors <= 0.15)), runs=len(flat), error=float(np.median(errors)),
@@ -551,6 +555,8 @@ def main(argv=None):
                         help="TraceEntropy_ELBO(common_component_noise=...) of AutoGaussianMixture (default False)")
     parser.add_argument("--weight-cv", default="True", choices=["False", "True"],
                         help="TraceEntropy_ELBO(weight_control_variate=...) of AutoGaussianMixture (default True)")
+    parser.add_argument("--entropy-points", type=int, default=None,
+                        help="TraceEntropy_ELBO(num_entropy_points=...) of AutoGaussianMixture (default: its default)")
     parser.add_argument("--models", default=None, help="comma-separated subset of " + ",".join(PROBLEMS))
     parser.add_argument("--methods", default=None, help="comma-separated subset of " + ",".join(ALL_METHODS))
     parser.add_argument("--svgd-steps", type=int, default=None, help="SVGD steps (default: --steps)")

@@ -229,8 +229,11 @@ def part_noise(a, dtype):
                 try:
                     for M in Ms:
                         f = jax.value_and_grad(kernel_entropy(cov, M), argnums=(0, 1, 2))
-                        vg = jax.jit(jax.vmap(lambda k: f(*params, k)))  # noqa: B023
-                        vals, grads = jax.block_until_ready(vg(keys))
+                        # the parameters are arguments, not constants of the program (XLA
+                        # folded constant low-rank parameters into NaN gradients in some
+                        # processes; see lowrank_mixing_qmc_entropy)
+                        vg = jax.jit(jax.vmap(lambda k, p: f(*p, k), (0, None)))  # noqa: B023
+                        vals, grads = jax.block_until_ready(vg(keys, params))
                         results[pts, M] = (np.asarray(vals, np.float64),
                                            np.asarray(jax.vmap(_flat)(grads), np.float64))
                 finally:
@@ -264,9 +267,9 @@ def part_noise(a, dtype):
             res = {}
             for M in Ms:
                 elbo = TraceEntropy_ELBO(num_entropy_points=M)
-                gfun = jax.jit(jax.vmap(lambda k: _flat(jax.grad(  # noqa: B023
-                    lambda p: elbo.loss(k, p, model, guide, y))(params))))  # noqa: B023
-                res[M] = np.asarray(jax.block_until_ready(gfun(keys)), np.float64)
+                gfun = jax.jit(jax.vmap(lambda k, q: _flat(jax.grad(  # noqa: B023
+                    lambda p: elbo.loss(k, p, model, guide, y))(q)), (0, None)))  # noqa: B023
+                res[M] = np.asarray(jax.block_until_ready(gfun(keys, params)), np.float64)
             ref = res[1024] if 1024 in res else res[max(Ms)]
             ref_var = np.sum(ref.var(0))
             for M in Ms:
