@@ -272,6 +272,12 @@ def mixing_qmc_entropy(
     dtype = locs.dtype
     # Work in units of the geometric-mean scale (exact: H(cY) = H(Y) + d ln c, bounds.rescaled),
     # so that 1 / s^2 neither overflows nor underflows float32 for scales like 1e-20 or 1e20.
+    # Parameters that are constants of the program (a jit closing over fitted parameters) are
+    # not folded at compile time: XLA's constant folding of this rule gave NaN gradients
+    # (jaxlib 0.10.2, CPU, float32, diagonal K = 4, d = 1000, 16 shifted points, vmapped over
+    # 64 keys: 6 of 6 fresh processes; finite with the pass off or this barrier, and with the
+    # parameters as arguments); the low-rank rule has the same barrier.
+    log_weights, locs, scale_tril, scale = lax.optimization_barrier((log_weights, locs, scale_tril, scale))
     locs, scale_tril, scale, d_log_c = rescaled(locs, scale_tril, scale)
     if key is None:
         z = jnp.asarray(normal_points(num_points, d), dtype)  # (M, d)
