@@ -288,53 +288,43 @@ def test_logits_gradient_matches_finite_difference_and_quadrature():
     np.testing.assert_array_less(np.abs(g - exact), 4 * se + 0.02)
 
 
+def _assert_only_the_logits_gradient_changes_and_is_unbiased(elbo):
+    """``elbo`` against ``TraceEntropy_ELBO(weight_control_variate=False)`` on the same keys:
+    the same value and gradients of the locations and factors, a different logits' gradient
+    whose mean over the keys is the exact gradient (quadrature, ``_exact_logits_gradient``)."""
+    y, guide, params, keys = _gradient_setup()
+
+    def both(key):  # per particle, the reference and ``elbo``, in one program
+        return [
+            jax.value_and_grad(lambda p: loss.loss(key, p, scale_model, guide, y))(params)
+            for loss in (TraceEntropy_ELBO(weight_control_variate=False), elbo)
+        ]
+
+    (v_ref, g_ref), (v, g) = jax.jit(jax.vmap(both))(keys)
+    rtol = 1e-12 if X64 else 1e-5
+    np.testing.assert_allclose(v, v_ref, rtol=rtol, atol=rtol)
+    for name in ("auto_locs", "auto_scale_tril"):
+        np.testing.assert_allclose(g[name], g_ref[name], rtol=rtol, atol=rtol)
+    grads = np.asarray(g["auto_logits"], np.float64)
+    assert not np.allclose(grads, np.asarray(g_ref["auto_logits"], np.float64))
+    se = grads.std(0) / np.sqrt(len(grads))
+    np.testing.assert_array_less(np.abs(grads.mean(0) - _exact_logits_gradient(params)), 4 * se + 0.02)
+
+
 def test_common_noise_for_the_weights_only_keeps_the_value_and_the_other_gradients():
     # common_component_noise="weights": the value and the gradients of the locations and
     # factors are those of independent draws (the same key gives the same numbers), and only
     # the logits' gradient comes from terms on common draws, whose expectation is the exact
     # gradient (quadrature, as in the test above).
-    y, guide, params, keys = _gradient_setup()
-
-    def both(key):  # per particle, independent and "weights", in one program
-        return [
-            jax.value_and_grad(lambda p: elbo.loss(key, p, scale_model, guide, y))(params)
-            for elbo in (TraceEntropy_ELBO(weight_control_variate=False),
-                         TraceEntropy_ELBO(common_component_noise="weights", weight_control_variate=False))
-        ]
-
-    (v_ind, g_ind), (v_w, g_w) = jax.jit(jax.vmap(both))(keys)
-    rtol = 1e-12 if X64 else 1e-5
-    np.testing.assert_allclose(v_w, v_ind, rtol=rtol, atol=rtol)
-    for name in ("auto_locs", "auto_scale_tril"):
-        np.testing.assert_allclose(g_w[name], g_ind[name], rtol=rtol, atol=rtol)
-    grads = np.asarray(g_w["auto_logits"], np.float64)
-    assert not np.allclose(grads, np.asarray(g_ind["auto_logits"], np.float64))
-
-    se = grads.std(0) / np.sqrt(len(grads))
-    np.testing.assert_array_less(np.abs(grads.mean(0) - _exact_logits_gradient(params)), 4 * se + 0.02)
+    _assert_only_the_logits_gradient_changes_and_is_unbiased(
+        TraceEntropy_ELBO(common_component_noise="weights", weight_control_variate=False))
 
 
 def test_weight_control_variate_keeps_the_value_and_the_other_gradients_and_is_unbiased():
     # weight_control_variate (the default): the value and the gradients of the locations and
     # factors are those without it (the same key gives the same numbers); the logits'
     # gradient uses L_k - c_k, whose expectation is the exact gradient (quadrature, as above).
-    y, guide, params, keys = _gradient_setup()
-
-    def both(key):
-        return [
-            jax.value_and_grad(lambda p: elbo.loss(key, p, scale_model, guide, y))(params)
-            for elbo in (TraceEntropy_ELBO(weight_control_variate=False), TraceEntropy_ELBO())
-        ]
-
-    (v_off, g_off), (v_on, g_on) = jax.jit(jax.vmap(both))(keys)
-    rtol = 1e-12 if X64 else 1e-5
-    np.testing.assert_allclose(v_on, v_off, rtol=rtol, atol=rtol)
-    for name in ("auto_locs", "auto_scale_tril"):
-        np.testing.assert_allclose(g_on[name], g_off[name], rtol=rtol, atol=rtol)
-    grads = np.asarray(g_on["auto_logits"], np.float64)
-    assert not np.allclose(grads, np.asarray(g_off["auto_logits"], np.float64))
-    se = grads.std(0) / np.sqrt(len(grads))
-    np.testing.assert_array_less(np.abs(grads.mean(0) - _exact_logits_gradient(params)), 4 * se + 0.02)
+    _assert_only_the_logits_gradient_changes_and_is_unbiased(TraceEntropy_ELBO())
 
 
 def _separated_mixture_model(locs, sds, masses):
