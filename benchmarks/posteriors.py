@@ -77,6 +77,7 @@ from numpyro.infer.autoguide import (
 from scipy import stats
 
 from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
+from numpyro_gmm.elbo import DEFAULT_NUM_ENTROPY_POINTS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -369,15 +370,15 @@ SVI_GUIDES = {
 
 
 def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise=False, weight_cv=True,
-                  entropy_points=None):
+                  entropy_points=DEFAULT_NUM_ENTROPY_POINTS):
     """All seeds in one jit(vmap) program: ``(draws (S, n, D), elbo (S,), wall seconds)``;
     ``common_noise`` / ``weight_cv``: ``TraceEntropy_ELBO``'s ``common_component_noise`` /
-    ``weight_control_variate``, ``entropy_points``: its ``num_entropy_points`` (``None``: the
-    default) (AutoGaussianMixture)."""
+    ``weight_control_variate``, ``entropy_points``: its ``num_entropy_points``
+    (AutoGaussianMixture)."""
     guide = SVI_GUIDES[guide_name](problem)
     if guide_name == "AutoGaussianMixture":
-        points = {} if entropy_points is None else {"num_entropy_points": entropy_points}
-        loss = TraceEntropy_ELBO(common_component_noise=common_noise, weight_control_variate=weight_cv, **points)
+        loss = TraceEntropy_ELBO(common_component_noise=common_noise, weight_control_variate=weight_cv,
+                                 num_entropy_points=entropy_points)
     else:
         loss = Trace_ELBO()
     eval_loss = TraceEntropy_ELBO(num_particles=256) if guide_name == "AutoGaussianMixture" else Trace_ELBO(num_particles=256)
@@ -555,8 +556,9 @@ def main(argv=None):
                         help="TraceEntropy_ELBO(common_component_noise=...) of AutoGaussianMixture (default False)")
     parser.add_argument("--weight-cv", default="True", choices=["False", "True"],
                         help="TraceEntropy_ELBO(weight_control_variate=...) of AutoGaussianMixture (default True)")
-    parser.add_argument("--entropy-points", type=int, default=None,
-                        help="TraceEntropy_ELBO(num_entropy_points=...) of AutoGaussianMixture (default: its default)")
+    parser.add_argument("--entropy-points", type=int, default=DEFAULT_NUM_ENTROPY_POINTS,
+                        help="TraceEntropy_ELBO(num_entropy_points=...) of AutoGaussianMixture "
+                             f"(default {DEFAULT_NUM_ENTROPY_POINTS})")
     parser.add_argument("--models", default=None, help="comma-separated subset of " + ",".join(PROBLEMS))
     parser.add_argument("--methods", default=None, help="comma-separated subset of " + ",".join(ALL_METHODS))
     parser.add_argument("--svgd-steps", type=int, default=None, help="SVGD steps (default: --steps)")
