@@ -63,8 +63,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax import lax, random
+from jax import lax
 
+from . import prng
 from .gaussian import cholesky, precision_of_tril
 
 Array = jnp.ndarray
@@ -97,7 +98,7 @@ def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array
     def step(state, inputs):
         params, m, v, score_sum, avg = state
         t, step_key = inputs
-        eps = random.normal(step_key, (M, num_particles, d), dtype)
+        eps = prng.normal(step_key, (M, num_particles, d), dtype)
         loss, grads = value_and_grad(params, eps)
         grads = tuple(jnp.where(jnp.isfinite(g), g, 0.0) for g in grads)
         loss = jnp.where(jnp.isfinite(loss), loss, jnp.inf)
@@ -115,7 +116,7 @@ def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array
     params = (init_locs, init_log_scale)
     zeros = (jnp.zeros_like(init_locs), jnp.zeros_like(init_log_scale))
     state = (params, zeros, zeros, jnp.zeros(M, dtype), zeros)
-    inputs = (jnp.arange(num_steps), random.split(key, num_steps))
+    inputs = (jnp.arange(num_steps), prng.split(key, num_steps))
     (_, _, _, score_sum, avg), _ = lax.scan(step, state, inputs)
     count = max(num_steps - half, 1)
     locs, log_scale = (a / count for a in avg)
@@ -175,10 +176,10 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
         return m, u, step, jnp.diagonal(h), chol, ok
 
     def refine(m):
-        u = potential_fn(m)
-        u = jnp.where(jnp.isfinite(u), u, jnp.inf)
         zeros = jnp.zeros((d, d), dtype)
-        state = (m, u, jnp.zeros_like(m), jnp.zeros_like(m), zeros, jnp.array(False))
+        # u = +inf: the first pass's line search (its step is zero) evaluates U(m) and keeps
+        # it where finite, with no trace of the potential of its own (less to compile)
+        state = (m, jnp.array(jnp.inf, dtype), jnp.zeros_like(m), jnp.zeros_like(m), zeros, jnp.array(False))
         # num_steps + 1 passes: the first only plans (its step is zero), so the last leaves
         # the curvature at the final mean
         m, _, _, diag, chol, ok = lax.fori_loop(0, num_steps + 1, body, state)
@@ -186,7 +187,7 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
 
     locs, diag, chols, ok = jax.vmap(refine)(locs)
     scales = jnp.where(ok[:, None], lax.rsqrt(jnp.where(ok[:, None], diag, 1.0)), scales)
-    eps = random.normal(key, (num_draws, d), dtype)
+    eps = prng.normal(key, (num_draws, d), dtype)
 
     def score(m, s):
         u = jax.vmap(potential_fn)(m + s * eps)
