@@ -226,7 +226,8 @@ class AutoGaussianMixture(AutoContinuous):
     1. ``num_init_fits`` (``M``, default ``max(32, 16 K)``) starting points in unconstrained
        space: the ``init_loc_fn`` point, ``M // 2`` prior draws (``init_to_sample``;
        ``init_to_uniform`` for improper priors) and ``M - 1 - M // 2`` uniform draws in
-       ``(-2, 2)`` per coordinate (``init_to_uniform``), from keys split off the given one;
+       ``(-2, 2)`` per coordinate (``init_to_uniform``'s points, drawn directly in
+       unconstrained space without running the model), from keys split off the given one;
     2. from each, a short independent ADVI fit of a *diagonal Gaussian* to the posterior
        (``init_fit_steps`` steps of Adam, learning rate ``init_fit_lr`` decaying linearly
        to a tenth, 2 draws per step, all ``M`` fits in one ``vmap`` / ``lax.scan``;
