@@ -40,7 +40,6 @@ from .entropy import (
     entropy_bounds,
     mixture_entropy,
 )
-from ._kernels import prng
 from ._kernels import lowrank as _lowrank
 from ._kernels.gaussian import cholesky, precision_of_tril, tril_inverse, tril_log_prob
 from ._validation import check_int, float_dtype
@@ -766,7 +765,7 @@ def _batched_entropy(logits, loc, factor, key, dynamic_options, *, method, diag,
     logits = jnp.broadcast_to(logits, batch + (K,)).reshape((n, K))
     loc = jnp.broadcast_to(loc, batch + (K, d)).reshape((n, K, d))
     factor = tuple(jnp.broadcast_to(f, batch + fs).reshape((n,) + fs) for f, fs in zip(factor, fshapes))
-    keys = None if key is None else prng.split(key, n)
+    keys = None if key is None else jax.random.split(key, n)
 
     def one(lg, lc, f, k):
         kw = {**dict(static_options), **dynamic_options}

@@ -63,9 +63,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax import lax
+from jax import lax, random
 
-from . import prng
 from .gaussian import cholesky, precision_of_tril
 
 Array = jnp.ndarray
@@ -98,7 +97,7 @@ def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array
     def step(state, inputs):
         params, m, v, score_sum, avg = state
         t, step_key = inputs
-        eps = prng.normal(step_key, (M, num_particles, d), dtype)
+        eps = random.normal(step_key, (M, num_particles, d), dtype)
         loss, grads = value_and_grad(params, eps)
         grads = tuple(jnp.where(jnp.isfinite(g), g, 0.0) for g in grads)
         loss = jnp.where(jnp.isfinite(loss), loss, jnp.inf)
@@ -116,7 +115,7 @@ def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array
     params = (init_locs, init_log_scale)
     zeros = (jnp.zeros_like(init_locs), jnp.zeros_like(init_log_scale))
     state = (params, zeros, zeros, jnp.zeros(M, dtype), zeros)
-    inputs = (jnp.arange(num_steps), prng.split(key, num_steps))
+    inputs = (jnp.arange(num_steps), random.split(key, num_steps))
     (_, _, _, score_sum, avg), _ = lax.scan(step, state, inputs)
     count = max(num_steps - half, 1)
     locs, log_scale = (a / count for a in avg)
@@ -187,7 +186,7 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
 
     locs, diag, chols, ok = jax.vmap(refine)(locs)
     scales = jnp.where(ok[:, None], lax.rsqrt(jnp.where(ok[:, None], diag, 1.0)), scales)
-    eps = prng.normal(key, (num_draws, d), dtype)
+    eps = random.normal(key, (num_draws, d), dtype)
 
     def score(m, s):
         u = jax.vmap(potential_fn)(m + s * eps)

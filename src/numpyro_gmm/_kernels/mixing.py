@@ -86,7 +86,6 @@ from .bounds import (
     rescaled,
     widened,
 )
-from . import prng
 from .gaussian import substitution_pays, tril_inverse, tril_solve_columns
 
 Array = jnp.ndarray
@@ -146,7 +145,7 @@ def shifted_normal_points(key: Array, num_points: int, d: int, dtype) -> Array:
     mass ``2^-23`` the clipping moves.
     """
     u = jnp.asarray(sobol_points(num_points, d), dtype)
-    shift = prng.uniform(key, (d,), dtype)
+    shift = jax.random.uniform(key, (d,), dtype)
     u = u + shift
     u = u - jnp.floor(u)
     eps = 2.0**-24
