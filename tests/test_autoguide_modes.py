@@ -167,6 +167,11 @@ def test_starting_points_and_fits_shapes():
     np.testing.assert_allclose(starts[0], guide._init_latent, rtol=1e-6)  # the init_loc_fn point first
     # prior draws spread: the bimodal site's N(0, 3) prior is wider than init_to_uniform's (-2, 2)
     assert np.std(np.asarray(starts[:, 0])) > 1.0
+    # the last 20 - 1 - 10 points: init_to_uniform's, uniform on (-2, 2) in unconstrained space
+    # in every coordinate (the simplex's stick-breaking ones included), all distinct
+    uniform = np.asarray(starts[11:])
+    assert uniform.shape == (9, d) and np.all(np.abs(uniform) < 2.0)
+    assert len(np.unique(uniform[:, 0])) == 9 and np.std(uniform) > 0.5
     locs, scales, chosen, (all_locs, all_scales, scores) = fits
     assert locs.shape == (2, d) and scales.shape == (2, d) and chosen.shape == (2,)
     assert all_locs.shape == (20, d) and all_scales.shape == (20, d) and scores.shape == (20,)
