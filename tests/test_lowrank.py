@@ -282,6 +282,57 @@ def test_other_estimators_use_dense_factors_or_refuse():
         mixture_entropy(np.zeros(2), np.zeros((2, d)), cov_factor=np.ones((2, d, 1)), cov_diag=np.ones((2, d)), method="taylor")
 
 
+def _elongated(spike_diag, seed=0):
+    """Three components (d = 5, r = 2), weights 1e-6 / 0.5 / 0.5, the second with
+    ``cov_diag = spike_diag``: elongation ``|W|^2 / D`` of about ``5 / spike_diag``."""
+    rng = np.random.default_rng(seed)
+    loc, w, d = rng.normal(size=(3, 5)), rng.normal(size=(3, 5, 2)), np.exp(rng.normal(size=(3, 5)))
+    d[1] = spike_diag
+    probs = np.array([1e-6, 0.5, 0.5]) / (1 + 1e-6)
+    return loc, w, d, probs
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_dense_estimators_of_elongated_components(seed):
+    """The bounds and Monte Carlo run on dense factors, which float32 cannot hold for
+    components with |W|^2 / D >> 1e4 (before: the certified upper bound 0.02-0.09 nats below
+    the truth, Monte Carlo as far off with a standard error of 2e-6). Truth: the float64
+    bracket (width < 1e-4 here), which the float32 default must match; float32 bounds and
+    Monte Carlo must refuse (concrete parameters) or give NaN (traced ones)."""
+    loc, w, d, probs = _elongated(1e-6, seed)
+    gm = GaussianMixture(*(jnp.asarray(x, ftype()) for x in (loc,)), cov_factor=jnp.asarray(w, ftype()),
+                         cov_diag=jnp.asarray(d, ftype()), probs=jnp.asarray(probs, ftype()))
+    if X64:
+        lo, hi = gm.entropy_bounds()
+        assert float(hi - lo) < 1e-4
+        h = gm.entropy()
+        assert float(lo) - 1e-5 <= float(h) <= float(hi) + 1e-5  # the rule: within 2e-6 of this bracket
+        est, se = gm.entropy(method="monte_carlo", key=jax.random.PRNGKey(0), num_samples=100_000)
+        assert abs(float(est) - float(h)) < 5 * float(se) + 1e-5
+        return
+    # float32: the default (the low-rank rule, no dense factor) against the float64 bracket
+    with jax.enable_x64(True):
+        lo64, hi64 = GaussianMixture(jnp.asarray(loc, jnp.float64), cov_factor=jnp.asarray(w, jnp.float64),
+                                     cov_diag=jnp.asarray(d, jnp.float64), probs=jnp.asarray(probs, jnp.float64)).entropy_bounds()
+    assert float(hi64 - lo64) < 1e-4
+    assert float(lo64) - 1e-4 <= float(gm.entropy()) <= float(hi64) + 1e-4
+    with pytest.raises(ValueError, match="LOWRANK_DENSE_FLOAT32_MAX_ELONGATION"):
+        gm.entropy_bounds()
+    with pytest.raises(ValueError, match="LOWRANK_DENSE_FLOAT32_MAX_ELONGATION"):
+        gm.entropy(method="monte_carlo", key=jax.random.PRNGKey(0), num_samples=1000)
+    with pytest.raises(ValueError, match="LOWRANK_DENSE_FLOAT32_MAX_ELONGATION"):
+        mixture_entropy(np.log(probs), loc, cov_factor=w, cov_diag=d, method="pairwise_kl_upper")
+    traced = jax.jit(lambda wf: GaussianMixture(jnp.asarray(loc, ftype()), cov_factor=wf, cov_diag=jnp.asarray(d, ftype()),
+                                                probs=jnp.asarray(probs, ftype())).entropy_bounds())(jnp.asarray(w, ftype()))
+    assert all(np.isnan(np.asarray(b)) for b in traced)
+    # below the limit (|W|^2 / D about 50-500): unchanged, and the bracket holds the default
+    loc, w, d, probs = _elongated(1e-2, seed)
+    ok = GaussianMixture(jnp.asarray(loc, ftype()), cov_factor=jnp.asarray(w, ftype()), cov_diag=jnp.asarray(d, ftype()),
+                         probs=jnp.asarray(probs, ftype()))
+    lo, hi = ok.entropy_bounds()
+    assert np.isfinite(float(lo)) and float(lo) <= float(ok.entropy()) <= float(hi)
+
+
 BAD = {
     "cov_factor_shape": (dict(cov_factor=np.ones((K, D + 1, R))), "cov_factor must have shape"),
     "cov_factor_rank0": (dict(cov_factor=np.ones((K, D, 0))), "cov_factor must have shape"),

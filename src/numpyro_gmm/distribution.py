@@ -36,6 +36,7 @@ from .entropy import (
     DEFAULT_METHOD,
     ENTROPY_METHODS,
     check_lowrank_dense_dim,
+    check_lowrank_dense_elongation,
     dense_lowrank_tril,
     entropy_bounds,
     mixture_entropy,
@@ -579,9 +580,10 @@ class GaussianMixture(MixtureSameFamily):
             factor = (comp.cov_factor, comp.cov_diag)
             r = comp.cov_factor.shape[-1]
             fshapes = ((K, d, r), (K, d))
-            if method not in ("auto", "mixing_qmc"):  # dense d x d factors: refused past the limit
+            if method not in ("auto", "mixing_qmc"):  # dense d x d factors: refused past the limits
                 name = method if isinstance(method, str) else "entropy_bounds"
                 check_lowrank_dense_dim(K, d, r, name)
+                check_lowrank_dense_elongation(comp.cov_factor, comp.cov_diag, name)
         else:
             factor = (self.scale if diag else self._component_distribution.scale_tril,)
             fshapes = ((K, d) if diag else (K, d, d),)
