@@ -434,6 +434,51 @@ def test_thin_ellipses_every_covariance_path(cond):
         assert lo - tol <= truth <= hi + tol, (name, lo, truth, hi)
 
 
+def _very_thin(seed, cond):
+    """Three components in d = 3, weights 1e-6 / 0.5 / 0.5, random orientations and
+    log-uniform variances in (e^-1, e); component 1 has one variance ``1 / cond`` times the
+    next: ``(locs, scale_tril, probs)`` in float64."""
+    rng = np.random.default_rng(seed)
+    locs, trils = rng.normal(size=(3, 3)), []
+    for k in range(3):
+        q, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+        ev = np.exp(rng.uniform(-1, 1, size=3))
+        if k == 1:
+            ev[0] = ev[1] / cond
+        trils.append(np.linalg.cholesky(q @ np.diag(ev) @ q.T))
+    probs = np.array([1e-6, 0.5, 0.5])
+    return locs, np.stack(trils), probs / probs.sum()
+
+
+@pytest.mark.parametrize("seed, cond", [(4, 3e6), (2, 1e7), (0, 3e7), (0, 1e8)])
+def test_lower_bounds_of_very_thin_components_in_float32(seed, cond):
+    """The Huber and pairwise Bhattacharyya lower bounds factorised the formed self-pair sums
+    ``2 L_i L_i^T``, which float32 cannot hold for a component of condition number >> 1e5:
+    before, float32 minus float64 of those bounds was +3.4e-3 .. +0.39 nats on these four
+    mixtures and the float32 ``entropy_bounds()`` lower bound lay 3.9e-5 .. 1.7e-3 above the
+    truth (its bracket collapsed to a point). References: the same bounds in float64 (their
+    rounding there is about cond * 1e-16), and for the bracket a float64 Monte Carlo
+    (``monte_carlo``, 100,000 draws, stratified; a different computation from the bounds)."""
+    locs, tril, probs = _very_thin(seed, cond)
+    methods = ("huber_lower", "pairwise_bhattacharyya_lower", "huber_upper", "pairwise_kl_upper")
+
+    def mixture(dtype):
+        return GaussianMixture(jnp.asarray(locs, dtype), scale_tril=jnp.asarray(tril, dtype), probs=jnp.asarray(probs, dtype))
+
+    with jax.enable_x64(True):
+        gm64 = mixture(jnp.float64)
+        ref = {m: float(gm64.entropy(method=m)) for m in methods}
+        est, se = (float(x) for x in gm64.entropy(method="monte_carlo", key=jax.random.PRNGKey(0), num_samples=100_000))
+        lo64, hi64 = (float(x) for x in gm64.entropy_bounds())
+    assert lo64 <= est + 5 * se and est - 5 * se <= hi64
+    gm = mixture(ftype())
+    for m in methods:
+        assert abs(float(gm.entropy(method=m)) - ref[m]) < (1e-9 if X64 else 2e-5), m
+    lo, hi = (float(x) for x in gm.entropy_bounds())
+    assert lo <= est + 5 * se and est - 5 * se <= hi, (lo, est, se, hi)
+    assert hi - lo > 0.5 * (hi64 - lo64)  # not collapsed
+
+
 def test_thin_quadrature_is_exact_for_one_gaussian():
     tril = np.array([[[1.0, 0.0], [0.3, 0.01]]])
     assert abs(entropy_2d_conditional([1.0], [[0.0, 0.0]], tril) - _gauss_entropy(2, 2 * math.log(0.01))) < 1e-12
