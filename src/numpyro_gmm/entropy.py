@@ -14,7 +14,9 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.nn import log_softmax
+from numpyro.util import not_jax_tracer
 
 from ._kernels import bounds as _bounds
 from ._kernels import frontier as _frontier
@@ -952,11 +954,11 @@ def check_lowrank_dense_elongation(cov_factor, cov_diag, method: str) -> None:
     """``ValueError`` when ``method`` would run on float32 dense factors of low-rank
     components more elongated than ``LOWRANK_DENSE_FLOAT32_MAX_ELONGATION`` (concrete
     values only; traced ones are checked in the program, see :func:`dense_lowrank_tril`)."""
-    if jnp.result_type(cov_factor, cov_diag) != jnp.float32 or not all(
-        not isinstance(x, jax.core.Tracer) for x in (cov_factor, cov_diag)
-    ):
+    if jnp.result_type(cov_factor, cov_diag) != jnp.float32 or not all(map(not_jax_tracer, (cov_factor, cov_diag))):
         return
-    elongation = float(jnp.max(lowrank_elongation(jnp.asarray(cov_factor), jnp.asarray(cov_diag))))
+    # concrete values: NumPy, as the constructor's value checks (no eager JAX dispatch)
+    w, dg = (np.asarray(x, np.float64) for x in (cov_factor, cov_diag))
+    elongation = float(np.max(np.sum(np.square(w), -1) / dg))
     if elongation > LOWRANK_DENSE_FLOAT32_MAX_ELONGATION:
         raise ValueError(
             f"method={method!r} needs the dense d x d factors of the low-rank components, and in "
