@@ -300,8 +300,12 @@ def test_dense_estimators_of_elongated_components(seed):
     bracket (width < 1e-4 here), which the float32 default must match; float32 bounds and
     Monte Carlo must refuse (concrete parameters) or give NaN (traced ones)."""
     loc, w, d, probs = _elongated(1e-6, seed)
-    gm = GaussianMixture(*(jnp.asarray(x, ftype()) for x in (loc,)), cov_factor=jnp.asarray(w, ftype()),
-                         cov_diag=jnp.asarray(d, ftype()), probs=jnp.asarray(probs, ftype()))
+
+    def mixture(dtype, factor=None, loc=loc, w=w, d=d, probs=probs):
+        return GaussianMixture(jnp.asarray(loc, dtype), cov_factor=jnp.asarray(w, dtype) if factor is None else factor,
+                               cov_diag=jnp.asarray(d, dtype), probs=jnp.asarray(probs, dtype))
+
+    gm = mixture(ftype())
     if X64:
         lo, hi = gm.entropy_bounds()
         assert float(hi - lo) < 1e-4
@@ -312,8 +316,7 @@ def test_dense_estimators_of_elongated_components(seed):
         return
     # float32: the default (the low-rank rule, no dense factor) against the float64 bracket
     with jax.enable_x64(True):
-        lo64, hi64 = GaussianMixture(jnp.asarray(loc, jnp.float64), cov_factor=jnp.asarray(w, jnp.float64),
-                                     cov_diag=jnp.asarray(d, jnp.float64), probs=jnp.asarray(probs, jnp.float64)).entropy_bounds()
+        lo64, hi64 = mixture(jnp.float64).entropy_bounds()
     assert float(hi64 - lo64) < 1e-4
     assert float(lo64) - 1e-4 <= float(gm.entropy()) <= float(hi64) + 1e-4
     with pytest.raises(ValueError, match="LOWRANK_DENSE_FLOAT32_MAX_ELONGATION"):
@@ -322,13 +325,11 @@ def test_dense_estimators_of_elongated_components(seed):
         gm.entropy(method="monte_carlo", key=jax.random.PRNGKey(0), num_samples=1000)
     with pytest.raises(ValueError, match="LOWRANK_DENSE_FLOAT32_MAX_ELONGATION"):
         mixture_entropy(np.log(probs), loc, cov_factor=w, cov_diag=d, method="pairwise_kl_upper")
-    traced = jax.jit(lambda wf: GaussianMixture(jnp.asarray(loc, ftype()), cov_factor=wf, cov_diag=jnp.asarray(d, ftype()),
-                                                probs=jnp.asarray(probs, ftype())).entropy_bounds())(jnp.asarray(w, ftype()))
+    traced = jax.jit(lambda wf: mixture(ftype(), wf).entropy_bounds())(jnp.asarray(w, ftype()))
     assert all(np.isnan(np.asarray(b)) for b in traced)
     # below the limit (|W|^2 / D about 50-500): unchanged, and the bracket holds the default
     loc, w, d, probs = _elongated(1e-2, seed)
-    ok = GaussianMixture(jnp.asarray(loc, ftype()), cov_factor=jnp.asarray(w, ftype()), cov_diag=jnp.asarray(d, ftype()),
-                         probs=jnp.asarray(probs, ftype()))
+    ok = mixture(ftype(), loc=loc, w=w, d=d, probs=probs)
     lo, hi = ok.entropy_bounds()
     assert np.isfinite(float(lo)) and float(lo) <= float(ok.entropy()) <= float(hi)
 
