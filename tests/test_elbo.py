@@ -192,6 +192,25 @@ def test_vectorize_particles_false_matches_vmap():
     np.testing.assert_allclose(a, b, rtol=1e-5)
 
 
+def test_the_loss_never_draws_from_the_mixture(monkeypatch):
+    # The ELBO draws from every component itself; the guide's own run that finds the mixture
+    # site gets zeros for it, so GaussianMixture's sampler is never called (made to raise here)
+    # and the value is that of an ordinary run: the same loss as with sampling allowed.
+    y = jnp.asarray(Y_SCALE, fdtype())
+    guide = AutoGaussianMixture(scale_model, num_components=2)
+    setup_guide(guide, scale_model, y)
+    params = _mixture_params(fdtype())
+    key = jax.random.PRNGKey(3)
+    expected = TraceEntropy_ELBO(num_particles=2).loss(key, params, scale_model, guide, y)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("TraceEntropy_ELBO drew from the mixture")
+
+    monkeypatch.setattr(GaussianMixture, "sample_with_intermediates", refuse)
+    monkeypatch.setattr(GaussianMixture, "sample", refuse)
+    np.testing.assert_allclose(TraceEntropy_ELBO(num_particles=2).loss(key, params, scale_model, guide, y), expected)
+
+
 def test_hand_written_guide_with_dependent_site_matches_closed_form():
     # Guide z ~ GaussianMixture (a model site, not auxiliary), then w | z ~ N(z, 0.5),
     # re-run per component. Model z ~ N(0, 1), w | z ~ N(z, 1). Closed form:
@@ -594,8 +613,8 @@ def test_common_component_draws_share_the_noise_and_keep_each_component(covarian
         std = np.linalg.solve(tril[None], (draws[:50] - np.asarray(loc, np.float64))[..., None])[..., 0]
         np.testing.assert_allclose(std, np.broadcast_to(std[:, :1], std.shape), atol=1e-4)
     else:  # the same (eps_W, eps_D) for every k: compare with the construction per component
-        kw, kd = jax.random.split(keys[0])
-        ew, ed = jax.random.normal(kw, (r,), dt), jax.random.normal(kd, (d,), dt)
+        e = jax.random.normal(keys[0], (r + d,), dt)  # one draw of (eps_W, eps_D)
+        ew, ed = e[:r], e[r:]
         expect = np.asarray(loc + jnp.einsum("kdr,r->kd", mix.cov_factor, ew) + jnp.sqrt(mix.cov_diag) * ed)
         np.testing.assert_allclose(draws[0], expect, rtol=1e-5, atol=1e-5)
     # independent draws on request: the standardised draws differ between components

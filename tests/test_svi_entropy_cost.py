@@ -98,9 +98,9 @@ def test_one_component_matches_closed_form():
     np.testing.assert_allclose(h, truth, rtol=0, atol=2e-5 if ftype() == np.float32 else 1e-10)
 
 
-def _fold_in_entropy(key, **options):
+def _elbo_key_entropy(key, **options):
     mix = _mixture(LOCS_1D, SCALES_1D, LOGITS_1D)
-    return float(mix.entropy(key=jax.random.fold_in(key, 1), **options))
+    return float(mix.entropy(key=jax.random.split(key, 4)[3], **options))
 
 
 def _entropy_of_loss(elbo, key):
@@ -111,14 +111,14 @@ TOL = dict(rtol=1e-5 if ftype() == np.float32 else 1e-12)
 
 
 def test_elbo_uses_num_entropy_points_and_explicit_num_points_wins():
-    """The loss's entropy is GaussianMixture.entropy with the ELBO's key (fold_in(key, 1))
+    """The loss's entropy is GaussianMixture.entropy with the ELBO's key (split(key, 4)[3])
     and num_entropy_points; an explicit entropy_options num_points wins."""
     key = jax.random.PRNGKey(3)
     np.testing.assert_allclose(_entropy_of_loss(TraceEntropy_ELBO(), key),
-                               _fold_in_entropy(key, num_points=DEFAULT_NUM_ENTROPY_POINTS), **TOL)
+                               _elbo_key_entropy(key, num_points=DEFAULT_NUM_ENTROPY_POINTS), **TOL)
     np.testing.assert_allclose(_entropy_of_loss(TraceEntropy_ELBO(entropy_options={"num_points": 1024},
                                                                   num_entropy_points=8), key),
-                               _fold_in_entropy(key, num_points=1024), **TOL)
+                               _elbo_key_entropy(key, num_points=1024), **TOL)
 
 
 def test_explicit_key_method_and_deterministic_rule_win():

@@ -540,7 +540,8 @@ class GaussianMixture(MixtureSameFamily):
           order: the estimator's order; ``None`` is the configured ``entropy_order`` (passed
             only to estimators that take an order) or the estimator's default.
           options: further keyword arguments for the estimator. A ``key`` option is split
-            so that each mixture of the batch gets its own.
+            so that each mixture of the batch gets its own (a single mixture, batch shape
+            ``()`` or one element, takes the key itself).
 
         Returns an array of shape ``batch_shape`` (NumPyro's ``Distribution.entropy``
         contract, hence the annotation), except for an estimator that returns several
@@ -758,7 +759,8 @@ def _is_static(value) -> bool:
 @partial(jax.jit, static_argnames=("method", "diag", "static_options", "batch", "fshapes"))
 def _batched_entropy(logits, loc, factor, key, dynamic_options, *, method, diag, static_options, batch, fshapes):
     """``mixture_entropy`` over the mixtures of ``batch`` (the parameters broadcast to it and
-    flattened to ``(n, ...)``, a ``key`` split into one per mixture, the results reshaped to
+    flattened to ``(n, ...)``, a ``key`` split into one per mixture (one mixture takes the key
+    itself: one ``jax.random`` call less per SVI step), the results reshaped to
     ``batch``), compiled once per shapes, estimator and static options: an eager call of
     ``entropy()`` is one program (its broadcasts and reshapes dispatched on their own
     compiled four or five more programs per new shape)."""
@@ -767,7 +769,7 @@ def _batched_entropy(logits, loc, factor, key, dynamic_options, *, method, diag,
     logits = jnp.broadcast_to(logits, batch + (K,)).reshape((n, K))
     loc = jnp.broadcast_to(loc, batch + (K, d)).reshape((n, K, d))
     factor = tuple(jnp.broadcast_to(f, batch + fs).reshape((n,) + fs) for f, fs in zip(factor, fshapes))
-    keys = None if key is None else jax.random.split(key, n)
+    keys = None if key is None else (key[None] if n == 1 else jax.random.split(key, n))
 
     def one(lg, lc, f, k):
         kw = {**dict(static_options), **dynamic_options}

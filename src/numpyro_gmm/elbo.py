@@ -39,6 +39,16 @@ def _wraps_gaussian_mixture(fn) -> bool:
         return False
 
 
+def _undrawn_mixture(site):
+    """``substitute_fn`` of the guide's first run: zeros for every Gaussian-mixture site, so
+    the run does not draw from the mixture. That draw is never used (the ELBO draws from every
+    component itself), but its random-number calls stayed in the compiled step (a ``split``)
+    and cost compilation time."""
+    if site["type"] == "sample" and not site["is_observed"] and _wraps_gaussian_mixture(site["fn"]):
+        return jnp.zeros(site["fn"].shape(site["kwargs"].get("sample_shape", ())))
+    return None
+
+
 def _find_mixture_site(guide_trace):
     """Name of the one supported GaussianMixture site of the guide, or None.
 
@@ -163,9 +173,8 @@ def draws_and_control_variates(mixture: GaussianMixture, key, common: bool):
     if mixture.is_lowrank:
         w, sd = mixture.cov_factor, jnp.sqrt(mixture.cov_diag)
         r = w.shape[-1]
-        key_w, key_d = random.split(key)
-        eps_w = jnp.broadcast_to(random.normal(key_w, (r,) if common else (K, r), loc.dtype), (K, r))
-        eps_d = jnp.broadcast_to(random.normal(key_d, (d,) if common else (K, d), loc.dtype), (K, d))
+        eps = jnp.broadcast_to(random.normal(key, (r + d,) if common else (K, r + d), loc.dtype), (K, r + d))
+        eps_w, eps_d = eps[:, :r], eps[:, r:]
         z = loc + jnp.einsum("kdr,kr->kd", w, eps_w) + sd * eps_d
         v = eps_w - jnp.einsum("kdr,kd->kr", w, eps_d / sd)
         u = tril_solve(mixture.component_distribution._capacitance_tril, v)  # C = L L^T: v^T C^-1 v = |L^-1 v|^2
@@ -305,9 +314,9 @@ class TraceEntropy_ELBO(ELBO):
         ``entropy_method`` / ``entropy_order`` are used.
     :param bool randomize_entropy: when the entropy estimator is the mixing rule (``"auto"``,
         the default, or ``"mixing_qmc"``) and ``entropy_options`` has no ``key``, pass it a key
-        derived from the step's random key (``random.fold_in(key, 1)``, so the model, guide
-        and component draws are unchanged), so that its points are randomly shifted each
-        step (randomised QMC): the entropy term and its gradient are then unbiased and SVI
+        derived from the step's random key (the fourth of ``random.split(key, 4)``, whose
+        first three are the model's, the guide's and the component draws' keys), so that its
+        points are randomly shifted each step (randomised QMC): the entropy term and its gradient are then unbiased and SVI
         follows the true ELBO's gradient in expectation. The fixed points (``False``) give a
         deterministic entropy with a small, fixed gradient bias (docs/accuracy.md,
         gradient table). Default ``True``.
@@ -401,12 +410,12 @@ class TraceEntropy_ELBO(ELBO):
 
         def run_guide(guide_key, data=None):
             g = substitute(guide, data=param_map)
-            if data is not None:
-                g = substitute(g, data=data)
+            # data: the mixture site's draw; none on the first run, which only finds the site
+            g = substitute(g, substitute_fn=_undrawn_mixture) if data is None else substitute(g, data=data)
             return trace(seed(g, guide_key)).get_trace(*args, **kwargs)
 
         def single_particle_elbo(key):
-            model_key, guide_key, eps_key = random.split(key, 3)
+            model_key, guide_key, eps_key, entropy_key = random.split(key, 4)
             guide_trace = run_guide(guide_key)
             name = _find_mixture_site(guide_trace)
             _check_guide_sites(guide_trace, name)
@@ -426,7 +435,7 @@ class TraceEntropy_ELBO(ELBO):
             z, control = draws_and_control_variates(mixture, eps_key, common is True)
             per_component = self._map_components(component_elbo, z)
             if common != "weights" and not self.weight_control_variate:
-                return jnp.sum(weights * per_component) + entropy_of(mixture, site, key)
+                return jnp.sum(weights * per_component) + entropy_of(mixture, site, entropy_key)
             # The same value, sum_k w_k L_k(z_k); the weights' gradient comes from other
             # terms of the same expectation, sg(L'_k) (sg: stop-gradient), everything
             # else's from L_k: sum_k sg(w_k) L_k + (w_k - sg(w_k)) sg(L'_k).
@@ -439,13 +448,13 @@ class TraceEntropy_ELBO(ELBO):
                 for_weights = for_weights - control
             frozen = jax.lax.stop_gradient(weights)
             for_weights = jax.lax.stop_gradient(for_weights)
-            return jnp.sum(frozen * per_component + (weights - frozen) * for_weights) + entropy_of(mixture, site, key)
+            return jnp.sum(frozen * per_component + (weights - frozen) * for_weights) + entropy_of(mixture, site, entropy_key)
 
         def entropy_of(mixture, site, key):
             options = dict(self.entropy_options)
             method = options.get("method") or mixture.entropy_method
             if self.randomize_entropy and "key" not in options and method in RANDOMIZABLE_METHODS:
-                options["key"] = random.fold_in(key, 1)
+                options["key"] = key
                 options.setdefault("num_points", self.num_entropy_points)
             entropy = mixture.entropy(**options)
             return jnp.sum(scale_and_mask(entropy, site["scale"]))
