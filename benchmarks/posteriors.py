@@ -47,7 +47,7 @@ into one table, figure and check without fitting anything.
 Usage::
 
     python benchmarks/posteriors.py [--quick] [--steps 3000] [--lr 0.02] [--seeds 10] [--common-noise False|True|weights]
-        [--weight-cv True|False] [--entropy-points M]
+        [--weight-cv True|False] [--entropy-points M] [--components-per-mode F]
         [--svgd-steps N] [--svgd-seeds 5] [--nuts-warmup N] [--nuts-samples N]
         [--models a,b] [--methods a,b] [--out docs/images] [--json results.json]
     python benchmarks/posteriors.py --from-json a.json,b.json [--out docs/images]
@@ -364,7 +364,7 @@ def energy_distance(x, y, scale):
 # -- methods ----------------------------------------------------------------------------
 
 SVI_GUIDES = {
-    "AutoGaussianMixture": lambda p: AutoGaussianMixture(p.model, num_components=p.num_modes),
+    "AutoGaussianMixture": lambda p, per_mode=1: AutoGaussianMixture(p.model, num_components=per_mode * p.num_modes),
     "AutoNormal": lambda p: AutoNormal(p.model),
     "AutoMultivariateNormal": lambda p: AutoMultivariateNormal(p.model),
     "AutoLowRankMultivariateNormal": lambda p: AutoLowRankMultivariateNormal(p.model),
@@ -373,16 +373,17 @@ SVI_GUIDES = {
 
 
 def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise=False, weight_cv=True,
-                  entropy_points=DEFAULT_NUM_ENTROPY_POINTS):
+                  entropy_points=DEFAULT_NUM_ENTROPY_POINTS, components_per_mode=1):
     """All seeds in one jit(vmap) program: ``(draws (S, n, D), elbo (S,), wall seconds)``;
     ``common_noise`` / ``weight_cv``: ``TraceEntropy_ELBO``'s ``common_component_noise`` /
-    ``weight_control_variate``, ``entropy_points``: its ``num_entropy_points``
-    (AutoGaussianMixture)."""
-    guide = SVI_GUIDES[guide_name](problem)
+    ``weight_control_variate``, ``entropy_points``: its ``num_entropy_points``,
+    ``components_per_mode``: ``num_components`` over the number of modes (AutoGaussianMixture)."""
     if guide_name == "AutoGaussianMixture":
+        guide = SVI_GUIDES[guide_name](problem, components_per_mode)
         loss = TraceEntropy_ELBO(common_component_noise=common_noise, weight_control_variate=weight_cv,
                                  num_entropy_points=entropy_points)
     else:
+        guide = SVI_GUIDES[guide_name](problem)
         loss = Trace_ELBO()
     eval_loss = TraceEntropy_ELBO(num_particles=256) if guide_name == "AutoGaussianMixture" else Trace_ELBO(num_particles=256)
     svi = SVI(problem.model, guide, numpyro.optim.Adam(lr), loss)
@@ -484,7 +485,7 @@ def run_problem(problem, methods, args, rng, key):
         if method in SVI_GUIDES:
             flat, elbo, wall = fit_svi_seeds(problem, method, list(range(args.seeds)), args.steps, args.lr,
                                              MASS_DRAWS, args.common_noise, args.weight_cv == "True",
-                                             args.entropy_points)
+                                             args.entropy_points, args.components_per_mode)
             errors = np.array([mode_mass_error(problem, f) for f in flat])
             energies = np.array([energy_distance(f[:1000], ref_sub, scale) for f in flat])
             rows[method] = dict(found=int(np.sum(errors <= 0.15)), runs=len(flat), error=float(np.median(errors)),
@@ -599,6 +600,8 @@ def main(argv=None):
     parser.add_argument("--entropy-points", type=int, default=DEFAULT_NUM_ENTROPY_POINTS,
                         help="TraceEntropy_ELBO(num_entropy_points=...) of AutoGaussianMixture "
                              f"(default {DEFAULT_NUM_ENTROPY_POINTS})")
+    parser.add_argument("--components-per-mode", type=int, default=1,
+                        help="AutoGaussianMixture's num_components over the model's number of modes (default 1)")
     parser.add_argument("--models", default=None, help="comma-separated subset of " + ",".join(PROBLEMS))
     parser.add_argument("--methods", default=None, help="comma-separated subset of " + ",".join(ALL_METHODS))
     parser.add_argument("--svgd-steps", type=int, default=None, help="SVGD steps (default: --steps)")

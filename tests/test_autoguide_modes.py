@@ -302,6 +302,36 @@ def test_choose_separated_picks_farthest_eligible():
     assert sorted(chosen.tolist()) == [0, 1, 2, 3, 4]
 
 
+def test_choose_separated_spreads_spare_components_over_the_modes():
+    # More components than modes: after one choice per mode, each next choice goes to the
+    # mode with the fewest (the least crowded, crowding = sum over the choices of
+    # exp(-D^2 / 4)), not to the widest spread of fits. Mode A's fits are spread 0.3 apart,
+    # mode B's 0.05: farthest-point selection put the spare components all in A (3:1, and
+    # the fitted masses then stayed near 3:1 on benchmarks/posteriors.py's d50 model).
+    a = [0.0, 0.3, -0.3, 0.15, -0.15]
+    b = [10.0, 10.05, 9.95, 10.02, 9.98]
+    c = [-10.0, -10.02, -9.99]
+    locs = jnp.asarray(a + b + c)[:, None]
+    scales = jnp.ones((len(a) + len(b) + len(c), 1))
+    scores = -0.01 * jnp.arange(locs.shape[0], dtype=locs.dtype)  # all eligible, fit 0 the best
+    choose = jax.jit(choose_separated, static_argnums=3)
+
+    def per_mode(chosen):
+        mode = np.where(chosen < len(a), 0, np.where(chosen < len(a) + len(b), 1, 2))
+        return np.bincount(mode, minlength=3).tolist()
+
+    two = slice(0, len(a) + len(b))
+    for k, counts in [(2, [1, 1, 0]), (4, [2, 2, 0]), (6, [3, 3, 0])]:
+        chosen = np.asarray(choose(locs[two], scales[two], scores[two], k, 6.0))
+        assert len(set(chosen.tolist())) == k and per_mode(chosen) == counts, (k, chosen)
+    for k, counts in [(3, [1, 1, 1]), (6, [2, 2, 2])]:
+        chosen = np.asarray(choose(locs, scales, scores, k, 6.0))
+        assert len(set(chosen.tolist())) == k and per_mode(chosen) == counts, (k, chosen)
+    # five of three modes: two in the best mode (A), then one more in B or C
+    chosen = np.asarray(choose(locs, scales, scores, 5, 6.0))
+    assert sorted(per_mode(chosen)) == [1, 2, 2] and per_mode(chosen)[0] == 2, chosen
+
+
 def test_laplace_scale_tril_exact_for_gaussian_and_falls_back():
     """For a Gaussian potential the Laplace covariance is the target's (closed form:
     chol(Sigma) by NumPy); at a point where the Hessian is not positive definite the

@@ -245,13 +245,15 @@ class AutoGaussianMixture(AutoContinuous):
        both modes (``tests/test_autoguide_modes.py``);
     3. among the fits whose ELBO (the refined score; without the refinement the mean over
        their last half of steps) is within
-       ``init_tolerance`` nats of the best, farthest-point selection of ``K`` fits in the
-       standardised distance :math:`\sum_i (m_{ji} - m_{li})^2 / (s_{ji}^2 + s_{li}^2)`,
-       starting from the best, then each choice replaced by the best-scoring eligible fit
-       of its cluster (see :mod:`numpyro_gmm._kernels.init_fits`). Fits that found
-       the same mode are close in this metric and fits in different modes far apart, so
-       the ``K`` components start on ``K`` different modes whenever the fits found that
-       many (of mass down to about ``exp(-init_tolerance)`` times the largest);
+       ``init_tolerance`` nats of the best, a greedy choice of ``K`` fits, starting from
+       the best, each next one the least crowded by those chosen in the standardised
+       distance :math:`\sum_i (m_{ji} - m_{li})^2 / (s_{ji}^2 + s_{li}^2)` (farthest-point
+       selection while modes without a choice remain), then each choice replaced by the
+       best-scoring eligible fit of its cluster (see :mod:`numpyro_gmm._kernels.init_fits`).
+       Fits that found the same mode are close in this metric and fits in different modes
+       far apart, so the ``K`` components start on ``K`` different modes whenever the fits
+       found that many (of mass down to about ``exp(-init_tolerance)`` times the largest),
+       and spare components (more than the modes found) are spread evenly over the modes;
     4. component ``k`` starts at the chosen fit's mean ``m_k``; for ``covariance="full"``
        with the Laplace covariance there, ``scale_tril = chol((grad^2 U(m_k))^-1)`` (``U``
        the potential; exact for Gaussian parts of the posterior, with their correlations,
