@@ -330,6 +330,13 @@ def test_choose_separated_spreads_spare_components_over_the_modes():
     # five of three modes: two in the best mode (A), then one more in B or C
     chosen = np.asarray(choose(locs, scales, scores, 5, 6.0))
     assert sorted(per_mode(chosen)) == [1, 2, 2] and per_mode(chosen)[0] == 2, chosen
+    # two poorly converged fits of mode A, 3 sd from its centre and 5 nats below the best
+    # (as without the Newton refinement at d = 200): less crowded than B's fits, but their
+    # score keeps them from taking B's spare component (3:1 before the score's term)
+    locs = jnp.asarray([0.0, 0.1, -0.1, 3.0, -3.0, 10.0, 10.05, 9.95])[:, None]
+    scores = jnp.asarray([0.0, -0.01, -0.01, -5.0, -5.0, -0.02, -0.02, -0.02])
+    chosen = np.asarray(choose(locs, jnp.ones((8, 1)), scores, 4, 6.0))
+    assert np.bincount((chosen >= 5).astype(int), minlength=2).tolist() == [2, 2], chosen
 
 
 def test_laplace_scale_tril_exact_for_gaussian_and_falls_back():

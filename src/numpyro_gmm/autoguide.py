@@ -247,8 +247,9 @@ class AutoGaussianMixture(AutoContinuous):
        their last half of steps) is within
        ``init_tolerance`` nats of the best, a greedy choice of ``K`` fits, starting from
        the best, each next one the least crowded by those chosen in the standardised
-       distance :math:`\sum_i (m_{ji} - m_{li})^2 / (s_{ji}^2 + s_{li}^2)` (farthest-point
-       selection while modes without a choice remain), then each choice replaced by the
+       distance :math:`\sum_i (m_{ji} - m_{li})^2 / (s_{ji}^2 + s_{li}^2)`, with a small
+       preference for better scores (farthest-point selection while modes without a
+       choice remain), then each choice replaced by the
        best-scoring eligible fit of its cluster (see :mod:`numpyro_gmm._kernels.init_fits`).
        Fits that found the same mode are close in this metric and fits in different modes
        far apart, so the ``K`` components start on ``K`` different modes whenever the fits

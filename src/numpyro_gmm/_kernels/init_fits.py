@@ -22,15 +22,19 @@ over those steps (without the constant :math:`\tfrac d2 (1 + \log 2\pi)`). Cost:
 ``U`` and its gradient.
 
 **Choice.** Among the fits whose score is within ``tolerance`` nats of the best, the first
-chosen is the best; each next one is the least crowded by those already chosen,
+chosen is the best; each next one is the least crowded by those already chosen, with a
+small preference for better scores ``S``,
 
 .. math::
 
-    \arg\min_j \ln \sum_{c \text{ chosen}} e^{-D(j, c)^2 / 4}, \qquad
+    \arg\min_j \Big[\ln \sum_{c \text{ chosen}} e^{-D(j, c)^2 / 4}
+    + \tfrac14 (S_{\max} - S_j)\Big], \qquad
     D(j, l)^2 = \sum_i \frac{(m_{ji} - m_{li})^2}{s_{ji}^2 + s_{li}^2}
 
 (``exp(-D^2 / 4)`` is the Bhattacharyya coefficient of two Gaussians of equal widths, so
-the sum counts the chosen fits that overlap ``j``). Fits that converged to the same mode are
+the sum counts the chosen fits that overlap ``j``; the score term, at most
+``tolerance / 4``, keeps poorly converged fits of a mode, a few ``D^2`` from its centre and
+a few nats below, from looking like the least crowded). Fits that converged to the same mode are
 at distance ``O(1)`` or less, fits in different modes at the modes' separation in units of
 their widths. While some eligible fit lies in a mode with no choice yet, the sum is
 dominated by the nearest choice and the rule is in effect farthest-point selection (Gonzalez,
@@ -40,7 +44,9 @@ found at least ``K`` modes with scores within ``tolerance`` of the best. With mo
 than modes, each spare one goes to the mode with the fewest choices so far (the
 farthest-point rule sent them to the mode whose fits were the most spread: 3 of 4
 components in one of two modes in 4 of 10 seeds of ``benchmarks/posteriors.py``'s ``d50``
-model, whose fitted masses then stayed near 0.67 / 0.33). Each choice is finally replaced
+model, whose fitted masses then stayed near 0.67 / 0.33; without the score term, 3 of 4
+in 1 of 10 seeds of a ``d = 200`` model, whose fits are not Newton-refined, see
+docs/posteriors.md). Each choice is finally replaced
 by the best-scoring eligible fit of its cluster (the eligible fits nearer to it than to the
 other choices; a farthest point is an extreme of its mode). A mode whose fits score
 ``tolerance`` nats below the best has, in the Gaussian approximation, a mass about
@@ -217,7 +223,7 @@ def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int,
         last = chosen[-1]
         d2 = jnp.sum((locs - locs[last]) ** 2 / (scales**2 + scales[last] ** 2), axis=-1)
         crowding = jnp.logaddexp(crowding, -0.25 * d2)
-        least = jnp.where(eligible & ~taken, crowding, jnp.inf)
+        least = jnp.where(eligible & ~taken, crowding + 0.25 * (scores[best] - scores), jnp.inf)
         # fewer eligible fits than choices: the best-scoring fit not taken yet
         fallback = jnp.argmax(jnp.where(taken, -jnp.inf, scores))
         nxt = jnp.where(jnp.any(eligible & ~taken), jnp.argmin(least), fallback)
