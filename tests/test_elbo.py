@@ -194,8 +194,9 @@ def test_vectorize_particles_false_matches_vmap():
 
 def test_the_loss_never_draws_from_the_mixture(monkeypatch):
     # The ELBO draws from every component itself; the guide's own run that finds the mixture
-    # site gets zeros for it, so GaussianMixture's sampler is never called (made to raise here)
-    # and the value is that of an ordinary run: the same loss as with sampling allowed.
+    # site gets the mixture's mean for it, so GaussianMixture's sampler is never called (made
+    # to raise here) and the value is that of an ordinary run: the same loss as with sampling
+    # allowed.
     y = jnp.asarray(Y_SCALE, fdtype())
     guide = AutoGaussianMixture(scale_model, num_components=2)
     setup_guide(guide, scale_model, y)

@@ -40,12 +40,13 @@ def _wraps_gaussian_mixture(fn) -> bool:
 
 
 def _undrawn_mixture(site):
-    """``substitute_fn`` of the guide's first run: zeros for every Gaussian-mixture site, so
-    the run does not draw from the mixture. That draw is never used (the ELBO draws from every
-    component itself), but its random-number calls stayed in the compiled step (a ``split``)
-    and cost compilation time."""
+    """``substitute_fn`` of the guide's first run: the mixture's mean for every
+    Gaussian-mixture site, so the run does not draw from the mixture. That draw is never
+    used (the ELBO draws from every component itself): XLA drops it from the compiled step,
+    but it was traced and lowered at every compilation."""
     if site["type"] == "sample" and not site["is_observed"] and _wraps_gaussian_mixture(site["fn"]):
-        return jnp.zeros(site["fn"].shape(site["kwargs"].get("sample_shape", ())))
+        fn = site["fn"]
+        return jnp.broadcast_to(fn.mean, fn.shape(site["kwargs"].get("sample_shape", ())))
     return None
 
 
