@@ -317,8 +317,8 @@ class TraceEntropy_ELBO(ELBO):
         the default, or ``"mixing_qmc"``) and ``entropy_options`` has no ``key``, pass it a key
         derived from the step's random key (the fourth of ``random.split(key, 4)``, whose
         first three are the model's, the guide's and the component draws' keys), so that its
-        points are randomly shifted each step (randomised QMC): the entropy term and its gradient are then unbiased and SVI
-        follows the true ELBO's gradient in expectation. The fixed points (``False``) give a
+        points are randomly shifted each step (randomised QMC): the entropy term and its
+        gradient are then unbiased and SVI follows the true ELBO's gradient in expectation. The fixed points (``False``) give a
         deterministic entropy with a small, fixed gradient bias (docs/accuracy.md,
         gradient table). Default ``True``.
     :param int num_entropy_points: points per component of that randomised rule (a power of

@@ -944,10 +944,11 @@ def dense_lowrank_tril(logits, locs, cov_factor, cov_diag, *, method: str = "thi
     return tril
 
 
-def lowrank_elongation(cov_factor: Array, cov_diag: Array) -> Array:
+def lowrank_elongation(cov_factor: Array, cov_diag: Array, xp=jnp) -> Array:
     """``max_k,i |W_k[i]|^2 / D_k[i]`` over the last three / two axes of ``cov_factor (..., K,
-    d, r)`` / ``cov_diag (..., K, d)``: shape ``(...)``."""
-    return jnp.max(jnp.sum(jnp.square(cov_factor), -1) / cov_diag, axis=(-2, -1))
+    d, r)`` / ``cov_diag (..., K, d)``: shape ``(...)``; ``xp``: ``jax.numpy``, or ``numpy``
+    for concrete values (no eager JAX dispatch)."""
+    return xp.max(xp.sum(xp.square(cov_factor), -1) / cov_diag, axis=(-2, -1))
 
 
 def check_lowrank_dense_elongation(cov_factor, cov_diag, method: str) -> None:
@@ -958,7 +959,7 @@ def check_lowrank_dense_elongation(cov_factor, cov_diag, method: str) -> None:
         return
     # concrete values: NumPy, as the constructor's value checks (no eager JAX dispatch)
     w, dg = (np.asarray(x, np.float64) for x in (cov_factor, cov_diag))
-    elongation = float(np.max(np.sum(np.square(w), -1) / dg))
+    elongation = float(np.max(lowrank_elongation(w, dg, np)))
     if elongation > LOWRANK_DENSE_FLOAT32_MAX_ELONGATION:
         raise ValueError(
             f"method={method!r} needs the dense d x d factors of the low-rank components, and in "
