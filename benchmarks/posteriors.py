@@ -372,18 +372,25 @@ SVI_GUIDES = {
 }
 
 
+def make_guide(problem, guide_name, components_per_mode=1):
+    """The SVI guide ``guide_name`` for ``problem``; AutoGaussianMixture with
+    ``components_per_mode`` times the model's number of modes as ``num_components``."""
+    if guide_name == "AutoGaussianMixture":
+        return SVI_GUIDES[guide_name](problem, components_per_mode)
+    return SVI_GUIDES[guide_name](problem)
+
+
 def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise=False, weight_cv=True,
                   entropy_points=DEFAULT_NUM_ENTROPY_POINTS, components_per_mode=1):
     """All seeds in one jit(vmap) program: ``(draws (S, n, D), elbo (S,), wall seconds)``;
     ``common_noise`` / ``weight_cv``: ``TraceEntropy_ELBO``'s ``common_component_noise`` /
     ``weight_control_variate``, ``entropy_points``: its ``num_entropy_points``,
     ``components_per_mode``: ``num_components`` over the number of modes (AutoGaussianMixture)."""
+    guide = make_guide(problem, guide_name, components_per_mode)
     if guide_name == "AutoGaussianMixture":
-        guide = SVI_GUIDES[guide_name](problem, components_per_mode)
         loss = TraceEntropy_ELBO(common_component_noise=common_noise, weight_control_variate=weight_cv,
                                  num_entropy_points=entropy_points)
     else:
-        guide = SVI_GUIDES[guide_name](problem)
         loss = Trace_ELBO()
     eval_loss = TraceEntropy_ELBO(num_particles=256) if guide_name == "AutoGaussianMixture" else Trace_ELBO(num_particles=256)
     svi = SVI(problem.model, guide, numpyro.optim.Adam(lr), loss)
@@ -409,14 +416,14 @@ def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise
     return flat, np.asarray(elbo), wall
 
 
-def single_fit(problem_name, guide_name, steps, lr, seed=0):
+def single_fit(problem_name, guide_name, steps, lr, components_per_mode=1, seed=0):
     """One fit as a user runs it, in this (fresh) process: ``SVI.run(key, steps)`` (NumPyro's
     eager ``SVI.init``, then its compiled loop) and ``MASS_DRAWS`` draws of
     ``sample_posterior``; returns ``(seconds, mode-mass error)``. The problem and guide
     objects are built before the clock starts; everything after it, compilation included,
     is counted."""
     problem = PROBLEMS[problem_name]()
-    guide = SVI_GUIDES[guide_name](problem)
+    guide = make_guide(problem, guide_name, components_per_mode)
     loss = TraceEntropy_ELBO() if guide_name == "AutoGaussianMixture" else Trace_ELBO()
     svi = SVI(problem.model, guide, numpyro.optim.Adam(lr), loss)
     t0 = time.perf_counter()
@@ -427,12 +434,13 @@ def single_fit(problem_name, guide_name, steps, lr, seed=0):
     return wall, mode_mass_error(problem, problem.flatten({k: np.asarray(v) for k, v in draws.items()}))
 
 
-def single_fit_in_fresh_process(problem_name, guide_name, steps, lr):
+def single_fit_in_fresh_process(problem_name, guide_name, steps, lr, components_per_mode=1):
     """:func:`single_fit` in a new Python process (nothing compiled before it)."""
     import subprocess
 
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--single-fit", problem_name, guide_name,
-                          "--steps", str(steps), "--lr", str(lr)], capture_output=True, text=True, check=True).stdout
+                          "--steps", str(steps), "--lr", str(lr), "--components-per-mode", str(components_per_mode)],
+                         capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])["wall"]
 
 
@@ -492,7 +500,8 @@ def run_problem(problem, methods, args, rng, key):
                                 energy=float(np.median(energies)), elbo=float(np.median(elbo)), wall=wall / len(flat),
                                 errors=errors.tolist(), masses=[mode_masses(problem, f).tolist() for f in flat])
             if args.single_fit_wall:
-                rows[method]["single"] = single_fit_in_fresh_process(key, method, args.steps, args.lr)
+                rows[method]["single"] = single_fit_in_fresh_process(key, method, args.steps, args.lr,
+                                                                     args.components_per_mode)
         elif method == "SVGD":
             runs = [fit_svgd(problem, args.svgd_steps, args.lr, seed=seed) for seed in range(args.svgd_seeds)]
             errors = np.array([mode_mass_error(problem, flat) for flat, _ in runs])
@@ -622,7 +631,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     args.single_fit_wall = args.single_fit_wall == "True"
     if args.single_fit:
-        wall, error = single_fit(*args.single_fit, args.steps, args.lr)
+        wall, error = single_fit(*args.single_fit, args.steps, args.lr, args.components_per_mode)
         print(json.dumps({"wall": wall, "error": error}))
         return None
     if args.from_json:
