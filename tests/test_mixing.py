@@ -32,7 +32,7 @@ from numpyro_gmm import (
 from numpyro_gmm._kernels.gaussian import substitution_pays
 from numpyro_gmm._kernels import lowrank as lowrank_kernel
 from numpyro_gmm._kernels import mixing as mixing_kernel
-from numpyro_gmm._kernels.mixing import normal_points, shifted_normal_points
+from numpyro_gmm._kernels.mixing import component_points, fixed_shifts, shifted_normal_points
 
 LOG_2PIE = math.log(2 * math.pi * math.e)
 
@@ -225,16 +225,20 @@ def test_one_component_at_a_time_matches_the_numpy_rule(monkeypatch, kind, d, K)
         np.testing.assert_allclose(g, g0, rtol=1e-9 if X64 else 1e-4, atol=1e-12 if X64 else 1e-5)
 
 
-def test_points_are_deterministic_standard_normal_and_finite():
-    z = normal_points(4096, 5)
-    assert z is normal_points(4096, 5) and not z.flags.writeable
-    assert np.isfinite(z).all() and np.abs(z).max() < 6.0
-    # moments of N(0, I): i.i.d. draws at n=4096 would be off by ~0.016 (mean) and
-    # ~0.022 (covariance) per entry; the Sobol' set is ten times closer (measured 1e-4 / 1e-3)
-    np.testing.assert_allclose(z.mean(0), 0.0, atol=2e-3)
-    np.testing.assert_allclose(np.cov(z.T), np.eye(5), atol=5e-3)
-    # extensible: the first points do not depend on how many are asked for
-    np.testing.assert_array_equal(normal_points(256, 5), z[:256])
+def test_fixed_points_are_deterministic_standard_normal_and_per_component():
+    points, shifts = component_points(None, 4096, 3, 5, jnp.float64 if X64 else jnp.float32)
+    z = np.asarray(points(shifts), float)  # (K, M, d)
+    assert z.shape == (3, 4096, 5) and np.isfinite(z).all() and np.abs(z).max() < 6.0
+    # moments of N(0, I) per component: i.i.d. draws at n=4096 would be off by ~0.016 (mean)
+    # and ~0.016-0.022 (covariance) per entry; the shifted Sobol' sets: means within 5e-3,
+    # covariances within 0.011 (measured)
+    for zk in z:
+        np.testing.assert_allclose(zk.mean(0), 0.0, atol=5e-3)
+        np.testing.assert_allclose(np.cov(zk.T), np.eye(5), atol=0.02)
+    assert not np.allclose(z[0], z[1])  # one shift per component
+    # deterministic, and a component's shift does not depend on how many components there are
+    assert fixed_shifts(3, 5) is fixed_shifts(3, 5) and not fixed_shifts(3, 5).flags.writeable
+    np.testing.assert_array_equal(fixed_shifts(2, 5), fixed_shifts(3, 5)[:2])
 
 
 @pytest.mark.parametrize("bad", [0, 3, 1000])

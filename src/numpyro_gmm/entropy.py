@@ -494,8 +494,10 @@ def mixing_qmc_entropy(
     exactly (``H(X) = H(X|Z) + H(Z) - H(Z|X)`` with the component label ``Z``), where
     ``r(x)`` are the responsibilities ``w_j N_j(x) / p(x)`` and ``H(r) in [0, ln K]``. Only
     the last, bounded expectation is approximated: by the mean over ``num_points`` fixed
-    points ``z_m = Phi^{-1}(u_m)``, ``u_m`` a scrambled Sobol' sequence with a fixed seed
-    (the same points for every component and every call). Deterministic and differentiable in every
+    points ``z_m = Phi^{-1}(frac(u_m + s_i))``, ``u_m`` a scrambled Sobol' sequence with a
+    fixed seed and ``s_i`` a fixed shift per component (the same points for every call; one
+    shift per component makes the components' errors independent, so that they average out
+    where many components overlap). Deterministic and differentiable in every
     parameter; exact for one component in any dimension; not a bound, but the fixed rule
     (``key=None``) is clipped to a certified bracket that needs no factorisation (above: the
     moment-matched Gaussian's entropy, with Hadamard's inequality for its determinant beyond

@@ -26,9 +26,10 @@ Springer 1997, theorem 18.1.1; both as in ``numpyro.distributions.LowRankMultiva
 with the expectation over ``N_i`` written through the exact reparameterisation
 ``X = mu_i + W_i e + sqrt(D_i) * eps``, ``(e, eps) ~ N(0, I_{r + d})`` (``W e`` and
 ``sqrt(D) eps`` are independent centred Gaussians with covariances ``W W^T`` and ``diag D``,
-so their sum has covariance ``Sigma_i``), and integrated with the same ``M`` points
-``(e_m, eps_m) = Phi^{-1}(u_m)``, ``u_m`` the first ``M`` scrambled Sobol' points of dimension
-``r + d`` (fixed, or Cranley-Patterson shifted with a ``key``: unbiased). For the visited
+so their sum has covariance ``Sigma_i``), and integrated with ``M`` points
+``(e_m, eps_m) = Phi^{-1}(frac(u_m + s_i))``, ``u_m`` the first ``M`` scrambled Sobol' points
+of dimension ``r + d`` and ``s_i`` a fixed shift per component, or one random shift shared
+by all components with a ``key`` (unbiased; :func:`numpyro_gmm._kernels.mixing.component_points`). For the visited
 component ``i`` and every ``j``, with ``a_j = mu_i - mu_j`` and ``u_m = W_i e_m + sqrt(D_i) eps_m``,
 
 .. math::
@@ -73,7 +74,12 @@ from jax import lax
 
 from .bounds import LOG_2PI, deviations_jensen, heaviest_pair_lower, widened
 from .gaussian import cholesky, tril_inverse
-from .mixing import DEFAULT_NUM_POINTS, _entropy_of_responsibilities, normal_points, over_components, shifted_normal_points
+from .mixing import (
+    DEFAULT_NUM_POINTS,
+    _entropy_of_responsibilities,
+    component_points,
+    over_components,
+)
 
 Array = jnp.ndarray
 
@@ -243,11 +249,7 @@ def lowrank_mixing_qmc_entropy(
     # changes nothing (value and gradient 0.175 / 0.177 ms before / after at d = 100).
     log_weights, locs, cov_factor, cov_diag = lax.optimization_barrier((log_weights, locs, cov_factor, cov_diag))
     locs, cov_factor, cov_diag, d_log_c = rescaled(locs, cov_factor, cov_diag)
-    if key is None:
-        z = jnp.asarray(normal_points(num_points, r + d), dtype)  # (M, r + d)
-    else:
-        z = lax.stop_gradient(shifted_normal_points(key, num_points, r + d, dtype))
-    e, eps = z[:, :r], z[:, r:]
+    points, shifts = component_points(key, num_points, K, r + d, dtype)  # component i: points(shifts[i])
     finite = jnp.isfinite(log_weights)
     w = jnp.exp(log_weights)
 
@@ -259,7 +261,9 @@ def lowrank_mixing_qmc_entropy(
     log_c = log_weights - 0.5 * log_det  # the common -d/2 ln 2pi cancels in r
 
     def half_quad(args):  # (M, K): (y^T Sigma_j^{-1} y) / 2 at y = mu_i + u_m - mu_j
-        mu_i, w_i, d_i = args
+        mu_i, w_i, d_i, shift_i = args
+        z = points(shift_i)  # (M, r + d): (e_m, eps_m)
+        e, eps = z[:, :r], z[:, r:]
         u = e @ w_i.T + eps * jnp.sqrt(d_i)  # (M, d): u_m = W_i e_m + sqrt(D_i) eps_m
         a = mu_i - locs  # (K, d)
         diag_part = (
@@ -274,7 +278,7 @@ def lowrank_mixing_qmc_entropy(
         log_joint = log_c[None] - half_quad(args)  # (M, K)
         return jnp.mean(_entropy_of_responsibilities(log_joint, finite[None]))
 
-    mix = over_components(mixing_term, (locs, cov_factor, cov_diag), K * num_points * (d + K * r), "lowrank")
+    mix = over_components(mixing_term, (locs, cov_factor, cov_diag, shifts), K * num_points * (d + K * r), "lowrank")
     h_gauss = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
     h_w = -jnp.sum(w * jnp.where(finite, log_weights, 0.0))
     h = jnp.sum(w * (h_gauss - mix)) + h_w
