@@ -54,7 +54,8 @@ each ``L_j^{-1} (x - mu_j)`` is a forward substitution over all ``K M`` points i
 (:func:`~numpyro_gmm._kernels.gaussian.tril_solve_columns`, value and gradient in
 ``O(K^2 M d^2)``; ``K^2 M d`` floats at once, ``K M d`` one component at a time). Memory:
 while the work of all ``K`` components together fits in :data:`ALL_AT_ONCE_MAX_ELEMENTS`
-floats (``K^2 (M + d)`` diagonal, ``K^2 d (M + d)`` full) the components are evaluated at
+floats (``K^2 (M + d)`` diagonal, plus ``K M d`` for the fixed rule's points, ``K^2 d (M + d)``
+full) the components are evaluated at
 once (diagonal: all pairs ``(i, j)`` as two matrix products over the points; full: a
 ``vmap``), which the small ``M`` of the ELBO's randomised rule needs for speed (value and
 gradient on a 2-core CPU, ``benchmarks/mixing_all_at_once.py``: 0.3-1.0x the time of the
@@ -99,8 +100,8 @@ Array = jnp.ndarray
 DEFAULT_NUM_POINTS = 1024
 
 #: Largest number of floats the mixing term may hold for all ``K`` components together
-#: (``K^2 (M + d)`` diagonal, ``K^2 d (M + d)`` full, ``K M (d + K r)`` low rank; 1, 4 and
-#: 4 MiB in float32) before it visits the components one at a time (see
+#: (``K^2 (M + d)`` diagonal, plus the fixed rule's ``K M d`` points, ``K^2 d (M + d)`` full,
+#: ``K M (d + K r)`` low rank; 1, 4 and 4 MiB in float32) before it visits the components one at a time (see
 #: :func:`mixing_qmc_entropy`).
 ALL_AT_ONCE_MAX_ELEMENTS = {"diag": 1 << 18, "full": 1 << 20, "lowrank": 1 << 20}
 
@@ -346,7 +347,9 @@ def mixing_qmc_entropy(
             h = jnp.minimum(jnp.maximum(h, lower), certified_upper(log_weights, locs, scale_tril, scale, l_inv))
         return h + d_log_c
 
-    if scale is not None and K * K * (num_points + d) <= ALL_AT_ONCE_MAX_ELEMENTS["diag"]:
+    # the fixed rule's points, one set per component, are K M d floats of their own
+    own_points = K * num_points * d if key is None else 0
+    if scale is not None and K * K * (num_points + d) + own_points <= ALL_AT_ONCE_MAX_ELEMENTS["diag"]:
         # All pairs (i, j) at once, as two plain matrix products over the points:
         # |a_ij + s_i z_m / s_j|^2 = |a_ij|^2 + 2 z_m . b_ij + z_m^2 . c_ij with
         # a_ij = (mu_i - mu_j) / s_j, b_ij = s_i a_ij / s_j, c_ij = s_i^2 / s_j^2.
