@@ -152,53 +152,30 @@ def random_mixture(d, K, sep, seed):
     return logits, locs, tril
 
 
-def _log_mixture_density_chol(x, weights, locs, trils):
-    """ln p(x) for points x (S, d) of a mixture with Cholesky factors trils (K, d, d), float64,
-    NumPy only: per component one matrix product with L^-1 (a division when every factor is
-    diagonal)."""
+def _log_mixture_density_chol(x, weights, locs, trils=None, scales=None):
+    """ln p(x) for points x (S, d) of a mixture with Cholesky factors ``trils (K, d, d)`` or
+    standard deviations ``scales (K, d)`` (diagonal covariances), float64, NumPy only. Full
+    factors: per component one matrix product with ``L^-1``. Diagonal ones (``scales``, or
+    factors that are all diagonal): every ``|(x - mu_k) / s_k|^2`` expanded into matrix products
+    over all components at once, ``sum x^2 / s_k^2 - 2 x . mu_k / s_k^2 + sum mu_k^2 / s_k^2``,
+    so that ``K`` and ``d`` in the hundreds take seconds."""
     K, d = locs.shape
     log_w = np.log(np.asarray(weights, float))
-    diag = np.diagonal(trils, axis1=1, axis2=2)
-    log_det = np.sum(np.log(np.abs(diag)), axis=1)
-    is_diag = bool(np.all(trils == diag[:, :, None] * np.eye(d)))
+    if scales is None:
+        diag = np.diagonal(trils, axis1=1, axis2=2)
+        if np.all(trils == diag[:, :, None] * np.eye(d)):
+            scales = np.abs(diag)
+    if scales is not None:
+        inv2 = 1.0 / np.square(scales)  # (K, d)
+        quad = np.square(x) @ inv2.T - 2.0 * x @ (locs * inv2).T + np.sum(np.square(locs) * inv2, 1)
+        log_c = log_w - np.sum(np.log(scales), 1) - 0.5 * d * math.log(2 * math.pi)
+        return logsumexp(log_c - 0.5 * quad, axis=1)
+    log_det = np.sum(np.log(np.abs(np.diagonal(trils, axis1=1, axis2=2))), axis=1)
     lc = np.empty((len(x), K))
     for k in range(K):
-        if is_diag:
-            z = (x - locs[k]) / diag[k]
-        else:
-            z = (x - locs[k]) @ np.linalg.inv(trils[k]).T
+        z = (x - locs[k]) @ np.linalg.inv(trils[k]).T
         lc[:, k] = log_w[k] - log_det[k] - 0.5 * (d * math.log(2 * math.pi) + np.sum(z * z, -1))
     return logsumexp(lc, axis=1)
-
-
-def entropy_monte_carlo_diag(weights, locs, scales, draws_per_component=2**14, seed=0, batch=4096):
-    """``(H, se)`` as :func:`entropy_monte_carlo_chol` for diagonal covariances ``scales (K, d)``
-    (standard deviations), with every ``|(x - mu_k) / s_k|^2`` expanded into matrix products
-    (``sum x^2 / s_k^2 - 2 x . mu_k / s_k^2 + sum mu_k^2 / s_k^2``; float64, NumPy only), so
-    that ``K`` in the hundreds and ``d`` in the hundreds take seconds."""
-    weights, locs, scales = (np.asarray(a, float) for a in (weights, locs, scales))
-    rng = np.random.default_rng(seed)
-    K, d = locs.shape
-    inv2 = 1.0 / np.square(scales)  # (K, d)
-    log_c = np.log(weights) - np.sum(np.log(scales), 1) - 0.5 * d * math.log(2 * math.pi)  # (K,)
-    mu_term = np.sum(np.square(locs) * inv2, 1)  # (K,)
-    est, var = 0.0, 0.0
-    for i in range(K):
-        if weights[i] == 0:
-            continue
-        g = []
-        for start in range(0, draws_per_component, batch):
-            z = rng.standard_normal((min(batch, draws_per_component - start), d))
-            x = locs[i] + z * scales[i]
-            quad = np.square(x) @ inv2.T - 2.0 * x @ (locs * inv2).T + mu_term  # (n, K)
-            log_p = logsumexp(log_c - 0.5 * quad, axis=1)
-            log_ni = -np.sum(np.log(scales[i])) - 0.5 * (d * math.log(2 * math.pi) + np.sum(z * z, -1))
-            g.append(log_p - log_ni)
-        g = np.concatenate(g)
-        h_i = 0.5 * d * math.log(2 * math.pi * math.e) + np.sum(np.log(scales[i]))
-        est += weights[i] * (h_i - g.mean())
-        var += weights[i] ** 2 * g.var(ddof=1) / draws_per_component
-    return float(est), float(math.sqrt(var))
 
 
 def entropy_gauss_hermite(weights, locs, trils, n=200):
@@ -219,21 +196,35 @@ def entropy_gauss_hermite(weights, locs, trils, n=200):
     return h
 
 
-def entropy_monte_carlo_chol(weights, locs, trils, draws_per_component=2**14, seed=0):
+def entropy_monte_carlo_chol(weights, locs, trils=None, draws_per_component=2**14, seed=0, *, scales=None,
+                             batch=4096):
     """``(H, se)`` as :func:`entropy_monte_carlo` (control variates ``ln p - ln N_i``, stratified
-    by component), vectorised for Cholesky factors and large d (NumPy only)."""
-    weights, locs, trils = (np.asarray(a, float) for a in (weights, locs, trils))
+    by component), vectorised for Cholesky factors ``trils (K, d, d)`` or, for diagonal
+    covariances, standard deviations ``scales (K, d)`` (no ``d x d`` arrays), and large d
+    (NumPy only). Each component's draws come in batches of ``batch`` rows of one stream, so
+    the batch size does not change the draws."""
+    weights, locs = np.asarray(weights, float), np.asarray(locs, float)
+    if scales is not None:
+        scales = np.asarray(scales, float)
+        factors = scales
+    else:
+        trils = np.asarray(trils, float)
+        factors = trils
     rng = np.random.default_rng(seed)
     K, d = locs.shape
     est, var = 0.0, 0.0
-    for w, mu, L in zip(weights, locs, trils):
+    for w, mu, f in zip(weights, locs, factors):
         if w == 0:
             continue
-        z = rng.standard_normal((draws_per_component, d))
-        x = mu + z @ L.T
-        log_ni = -np.sum(np.log(np.abs(np.diag(L)))) - 0.5 * (d * math.log(2 * math.pi) + np.sum(z * z, -1))
-        g = _log_mixture_density_chol(x, weights, locs, trils) - log_ni
-        h_i = 0.5 * d * math.log(2 * math.pi * math.e) + np.sum(np.log(np.abs(np.diag(L))))
+        log_s = np.sum(np.log(np.abs(f if scales is not None else np.diag(f))))
+        g = []
+        for start in range(0, draws_per_component, batch):
+            z = rng.standard_normal((min(batch, draws_per_component - start), d))
+            x = mu + (z * f if scales is not None else z @ f.T)
+            log_ni = -log_s - 0.5 * (d * math.log(2 * math.pi) + np.sum(z * z, -1))
+            g.append(_log_mixture_density_chol(x, weights, locs, trils, scales) - log_ni)
+        g = np.concatenate(g)
+        h_i = 0.5 * d * math.log(2 * math.pi * math.e) + log_s
         est += w * (h_i - g.mean())
         var += w**2 * g.var(ddof=1) / draws_per_component
     return float(est), float(math.sqrt(var))

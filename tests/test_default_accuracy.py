@@ -344,11 +344,12 @@ def test_many_overlapping_components_within_001(kind):
     # point set for all of them the fixed rule's errors added up instead of averaging out:
     # it was 0.0124 below the truth here (0.0123 at seed 5, K = 128: 0.0141). With one fixed
     # shift per component (mixing.component_points) -0.0001. Truth: control-variate Monte
-    # Carlo in NumPy (reference.entropy_monte_carlo_diag, 2^14 draws per component, se 0.0015).
+    # Carlo in NumPy (reference.entropy_monte_carlo_chol with standard deviations, 2^14 draws per
+    # component, se 0.0015).
     K, d = 64, 100
     rng = np.random.default_rng(8)
     locs = 0.25 * rng.normal(size=(K, d)) / math.sqrt(2)
-    truth, se = reference.entropy_monte_carlo_diag(np.full(K, 1.0 / K), locs, np.ones((K, d)),
+    truth, se = reference.entropy_monte_carlo_chol(np.full(K, 1.0 / K), locs, scales=np.ones((K, d)),
                                                    draws_per_component=2**14, seed=1)
     if kind == "diag":
         gm = GaussianMixture(_as(locs), scale=_as(np.ones((K, d))))
