@@ -294,6 +294,58 @@ def test_lowrank_cap_survives_rounding_of_elongated_factors():
     assert np.all(got >= refs - 1e-6 * np.abs(refs)), (got, refs)
 
 
+MAP_2D_SCRIPT = """
+import json, sys
+import jax, jax.numpy as jnp
+sys.path.insert(0, sys.argv[1])
+import reference
+from numpyro_gmm import GaussianMixture, entropy_bounds
+out = []
+for K in (2, 4, 8):
+    for sep in (0.5, 1.5, 4.0):
+        lg, lo, tr = (jnp.asarray(x, jnp.float32) for x in reference.random_mixture(2, K, sep, 2000 + 10 * K + int(10 * sep)))
+        gm = GaussianMixture(lo, scale_tril=tr, logits=lg)
+        low, up = entropy_bounds(lg, lo, tr)
+        out.append([K, sep, float(gm.entropy()), float(jax.jit(lambda g: g.entropy())(gm)), float(low), float(up)])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(X64, reason="float32 (the case that failed); one subprocess pass is enough")
+def test_accuracy_map_2d_at_default_code_generation():
+    """The accuracy map's 2-D mixtures (benchmarks/accuracy.py: reference.random_mixture with
+    its seeds), float32, in a fresh process at XLA's default code generation (this suite
+    compiles at LLVM level 0 with the classic emitters, tests/xla_flags.py, which hid the
+    defect). The default, eager and under an outer jit, within 0.01 nats of the truth, and
+    the certified bracket around it. The K = 4, sep = 1.5 mixture came out 0.248 nats high:
+    XLA computed the means in two fusions with different rounding, so the heaviest
+    component's distance to itself in the certified lower bound was a tiny non-zero vector
+    whose spread underflowed to 0, and that "lower" bound, above the truth and the upper
+    bound, moved the estimate to the upper bound. Truth: 801 x 801 trapezoid quadrature
+    (reference.entropy_2d_quadrature)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(here, "..", "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["JAX_ENABLE_X64"] = "0"
+    flags = [f for f in env.get("XLA_FLAGS", "").split()
+             if not f.startswith(("--xla_backend_optimization_level", "--xla_cpu_use_fusion_emitters"))]
+    env["XLA_FLAGS"] = " ".join(flags)
+    res = subprocess.run([sys.executable, "-c", MAP_2D_SCRIPT, here], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for K, sep, eager, jitted, low, up in json.loads(res.stdout.strip().splitlines()[-1]):
+        logits, locs, tril = reference.random_mixture(2, K, sep, 2000 + 10 * K + int(10 * sep))
+        truth = reference.entropy_2d_quadrature(_weights(logits), locs, tril @ np.swapaxes(tril, -1, -2))
+        assert abs(eager - truth) < TOL and abs(jitted - truth) < TOL, (K, sep, eager, jitted, truth)
+        assert low <= truth + 1e-4 and truth <= up + 1e-4, (K, sep, low, truth, up)
+
+
 @pytest.mark.parametrize("family, K", [("weights", 8), ("thin", 4), ("overlap", 16)])
 def test_2d_hard_cases_full(family, K):
     # Crossing thin ellipses (condition 1e4) are ridges a Gauss-Hermite grid in another

@@ -298,11 +298,22 @@ def heaviest_pair_lower(log_weights: Array, locs: Array, entropies: Array, sprea
     d = locs.shape[-1]
     w = jnp.exp(log_weights)
     onehot = lax.stop_gradient(jax.nn.one_hot(jnp.argmax(log_weights), w.shape[0], dtype=w.dtype))
-    delta = locs - onehot @ locs  # (K, d)
+    at_h = onehot > 0
+    # Delta_h and the log-determinant gap at h are set to 0, not left to ``x_h - onehot @ x``:
+    # XLA may compute ``locs`` in two fusions with different rounding, and then Delta_h was
+    # a tiny non-zero vector whose spread underflowed to 0 (float32, jit; 2-D, K = 4 of the
+    # accuracy map): D_h = inf dropped h's own term from s_h, and the "lower" bound rose
+    # 0.76 nats, above the truth and the upper bound (the default returned the upper bound,
+    # 0.248 nats off).
+    delta = jnp.where(at_h[:, None], 0.0, locs - onehot @ locs)  # (K, d)
     sq = jnp.sum(jnp.square(delta), -1)
-    apart = sq > 0  # Delta = 0 (at h, or equal means): the first term is 0, and so its derivative
-    quad = jnp.where(apart, jnp.square(sq) / (4.0 * jnp.where(apart, spread(delta, onehot), 1.0)), 0.0)
-    t = jnp.abs(entropies - onehot @ entropies) / d  # |ln|Sigma_i| - ln|Sigma_h|| / (2 d)
+    spread_ = spread(delta, onehot)
+    # Delta = 0 (at h, or equal means): the first term is 0, and so its derivative. A spread
+    # that underflows where |Delta|^2 does not takes the first term as 0 too: any D_i' <= D_i
+    # gives a smaller s_i, so the bound stays a bound.
+    apart = (sq > 0) & (spread_ > 0)
+    quad = jnp.where(apart, jnp.square(sq) / (4.0 * jnp.where(apart, spread_, 1.0)), 0.0)
+    t = jnp.where(at_h, 0.0, jnp.abs(entropies - onehot @ entropies)) / d  # |ln|Sigma_i| - ln|Sigma_h|| / (2 d)
     log_cosh = t + jnp.log1p(jnp.exp(-2.0 * t)) - math.log(2.0)
     near = jnp.exp(-(quad + 0.5 * d * log_cosh))  # exp(-D_i), 1 at h
     w_h = onehot @ w
