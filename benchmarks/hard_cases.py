@@ -76,17 +76,14 @@ def truth(fam, logits, locs, tril, draws):
     """Quadrature for d <= 2 except spikes and thin ellipses (a grid in one component's
     coordinates does not resolve a narrow bump or a crossing ridge of ln p: Gauss-Hermite was
     0.011 off on crossing thin ellipses); control-variate Monte Carlo otherwise (spikes in d <= 2 with
-    2^20 draws per component; diagonal covariances by their standard deviations, without
-    ``d x d`` factors, ``reference.entropy_monte_carlo_chol(..., scales=...)``)."""
+    2^20 draws per component; ``reference.entropy_monte_carlo_chol``, which takes diagonal
+    factors as their standard deviations)."""
     w = np.exp(logits - np.logaddexp.reduce(logits))
     d = locs.shape[1]
     if d <= 2 and not fam.startswith("spike") and fam != "thin":
         return R.entropy_gauss_hermite(w, locs, tril, n=200), 0.0
     if d <= 2:
         draws = 2**20
-    sd = np.diagonal(tril, axis1=1, axis2=2)
-    if np.array_equal(tril, sd[:, :, None] * np.eye(d)):
-        return R.entropy_monte_carlo_chol(w, locs, scales=sd, draws_per_component=draws, seed=1)
     return R.entropy_monte_carlo_chol(w, locs, tril, draws_per_component=draws, seed=1)
 
 

@@ -152,6 +152,13 @@ def random_mixture(d, K, sep, seed):
     return logits, locs, tril
 
 
+def _diagonal_scales(trils):
+    """The standard deviations ``(K, d)`` of Cholesky factors ``(K, d, d)`` that are all
+    diagonal, else ``None``."""
+    diag = np.diagonal(trils, axis1=1, axis2=2)
+    return np.abs(diag) if np.all(trils == diag[:, :, None] * np.eye(trils.shape[-1])) else None
+
+
 def _log_mixture_density_chol(x, weights, locs, trils=None, scales=None):
     """ln p(x) for points x (S, d) of a mixture with Cholesky factors ``trils (K, d, d)`` or
     standard deviations ``scales (K, d)`` (diagonal covariances), float64, NumPy only. Full
@@ -162,9 +169,7 @@ def _log_mixture_density_chol(x, weights, locs, trils=None, scales=None):
     K, d = locs.shape
     log_w = np.log(np.asarray(weights, float))
     if scales is None:
-        diag = np.diagonal(trils, axis1=1, axis2=2)
-        if np.all(trils == diag[:, :, None] * np.eye(d)):
-            scales = np.abs(diag)
+        scales = _diagonal_scales(trils)
     if scales is not None:
         inv2 = 1.0 / np.square(scales)  # (K, d)
         quad = np.square(x) @ inv2.T - 2.0 * x @ (locs * inv2).T + np.sum(np.square(locs) * inv2, 1)
@@ -200,16 +205,17 @@ def entropy_monte_carlo_chol(weights, locs, trils=None, draws_per_component=2**1
                              batch=4096):
     """``(H, se)`` as :func:`entropy_monte_carlo` (control variates ``ln p - ln N_i``, stratified
     by component), vectorised for Cholesky factors ``trils (K, d, d)`` or, for diagonal
-    covariances, standard deviations ``scales (K, d)`` (no ``d x d`` arrays), and large d
-    (NumPy only). Each component's draws come in batches of ``batch`` rows of one stream, so
-    the batch size does not change the draws."""
+    covariances, standard deviations ``scales (K, d)`` (no ``d x d`` arrays; factors that are
+    all diagonal are taken as their scales), and large d (NumPy only). Each component's draws
+    come in batches of ``batch`` rows of one stream, so the batch size does not change the
+    draws."""
     weights, locs = np.asarray(weights, float), np.asarray(locs, float)
-    if scales is not None:
-        scales = np.asarray(scales, float)
-        factors = scales
-    else:
+    if scales is None:
         trils = np.asarray(trils, float)
-        factors = trils
+        scales = _diagonal_scales(trils)
+    if scales is not None:
+        scales, trils = np.asarray(scales, float), None
+    factors = trils if scales is None else scales
     rng = np.random.default_rng(seed)
     K, d = locs.shape
     est, var = 0.0, 0.0

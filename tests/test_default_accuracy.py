@@ -19,6 +19,7 @@ from scipy import integrate
 
 import reference
 from conftest import X64, ftype
+from xla_flags import CHEAP_CODEGEN
 from numpyro_gmm import (
     AutoGaussianMixture,
     GaussianMixture,
@@ -333,8 +334,7 @@ def test_accuracy_map_2d_at_default_code_generation():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(here, "..", "src") + os.pathsep + env.get("PYTHONPATH", "")
     env["JAX_ENABLE_X64"] = "0"
-    flags = [f for f in env.get("XLA_FLAGS", "").split()
-             if not f.startswith(("--xla_backend_optimization_level", "--xla_cpu_use_fusion_emitters"))]
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(tuple(f"--{k}" for k in CHEAP_CODEGEN))]
     env["XLA_FLAGS"] = " ".join(flags)
     res = subprocess.run([sys.executable, "-c", MAP_2D_SCRIPT, here], env=env, capture_output=True, text=True,
                          timeout=600)
