@@ -499,9 +499,9 @@ def mixing_qmc_entropy(
     shift per component makes the components' errors independent, so that they average out
     where many components overlap). Deterministic and differentiable in every
     parameter; exact for one component in any dimension; not a bound, but the fixed rule
-    (``key=None``) is clipped to a certified bracket that needs no factorisation (above: the
-    moment-matched Gaussian's entropy, with Hadamard's inequality for its determinant beyond
-    ``d = 2``, :func:`numpyro_gmm._kernels.mixing.certified_upper`; below: the pairwise
+    (``key=None``) is clipped to a certified bracket (above: the moment-matched Gaussian's
+    entropy, exact in ``d <= 2`` and for diagonal covariances, relaxed by Hadamard's
+    inequality for full ones, :func:`numpyro_gmm._kernels.mixing.certified_upper`; below: the pairwise
     Bhattacharyya bound relaxed to the distances to the heaviest component,
     :func:`numpyro_gmm._kernels.bounds.heaviest_pair_lower`), which can only bring it closer
     to the truth; the randomised rule is not clipped (it would be biased). Measured within

@@ -38,8 +38,9 @@ Properties. Deterministic (a fixed point set) and differentiable in every parame
 points are moved by ``x = mu_i + L_i z``; the weights enter in closed form and through
 ``r``). Exact for one component in any dimension, and for components so far apart that
 ``r`` is one-hot wherever ``N_i`` has mass. Not a bound, but the fixed rule is clipped to a
-certified bracket that needs no factorisation: above at :func:`certified_upper` (the
-moment-matched Gaussian's entropy in ``d <= 2``, Hadamard's bound on it beyond), below at
+certified bracket: above at :func:`certified_upper` (the moment-matched Gaussian's entropy:
+a closed form in ``d <= 2``; beyond, the deviations' part of its determinant from a
+``min(K, d)`` or ``K``-sized Cholesky factor, the rest from Hadamard's bound), below at
 :func:`~numpyro_gmm._kernels.bounds.heaviest_pair_lower` (the pairwise Bhattacharyya bound
 relaxed to the distances to the heaviest component); the truth lies inside, so the clipping
 only moves the estimate towards it. Because ``0 <= H(r) <= ln K``, an
@@ -89,6 +90,8 @@ from .bounds import (
     deviations_jensen,
     heaviest_pair_lower,
     log_abs_det,
+    log_det_identity_plus,
+    log_det_identity_plus_gram,
     rescaled,
     widened,
 )
@@ -205,9 +208,23 @@ def _entropy_of_responsibilities(log_joint: Array, finite: Array) -> Array:
 def certified_upper(
     log_weights: Array, locs: Array, scale_tril: Array | None, scale: Array | None, tril_inv: Array | None = None
 ) -> Array:
-    """The fixed rule's cap: a certified upper bound on the entropy that needs no
-    factorisation, widened for rounding (``8 eps (1 + |upper|)``, half the widening of
-    ``entropy_bounds``); ``+inf`` where not finite.
+    """The fixed rule's cap: a certified upper bound on the entropy, widened for rounding
+    (``8 eps (1 + |upper|)``, half the widening of ``entropy_bounds``); ``+inf`` where not
+    finite.
+
+    Beyond ``d = 2`` the smallest of the bounds below and, tighter where the deviations are
+    short (the mixture near its moment-matched Gaussian), the deviations' determinant itself
+    (:func:`~numpyro_gmm._kernels.bounds.log_det_identity_plus`, within its rounding): for
+    diagonal covariances ``sum_l ln a_l + ln|I + M|`` exactly, the determinant lemma on the
+    ``min(K, d)``-sized side; for full ones, Hadamard on the whitened components' part ``B``
+    and ``ln|I_K + G|`` with ``G >= E^T B^-1 E`` from the rule's inverses (the same operator
+    convexity as ``tau`` below; exact for components of one covariance). Before it, the
+    default was up to ``1.2e-3`` nats above ``entropy_bounds``' upper bound on heavily
+    overlapping components (``K = 3-8``, ``d = 10``, the Hadamard and Jensen caps above the
+    rule's own error); after, inside it on all 18 such mixtures, diagonal and full, float32
+    and float64. Cost: a Cholesky factor of that size (no LAPACK); compiling the default's value and gradient
+    +0.5 s (``K = 4``, ``d = 10``) to +1.5-2.6 s (``K = 32-128`` diagonal, ``K = 16`` full)
+    measured; the ELBO's randomised rule has no cap and does not pay it.
 
     The bound is the moment-matched Gaussian's entropy ``1/2 ln|2 pi e Sigma_mix|`` where its
     determinant is a closed form (``d <= 2``), and beyond it the same with Hadamard's
@@ -225,7 +242,7 @@ def certified_upper(
     operator convexity of the inverse (exact for two components of one covariance; before
     it, such a pair 0.3 sd apart in 10-D was ``4.8e-5`` nats above the moment-matched bound,
     float64). Equal to the moment-matched bound when ``A`` is diagonal, e.g. a mixture that
-    is nearly one component. No factorisation.
+    is nearly one component. These need no factorisation.
 
     Why: the fixed rule misses part of the mixing term where a narrow component of small
     weight sits inside a wide one and few of the wide one's points land in it. Measured in
@@ -254,7 +271,11 @@ def certified_upper(
         a = w @ jnp.square(scale)
         dev_var = w @ jnp.square(dev)  # (d,): sum_k w_k dev_kl^2
         jensen = jnp.sum(jnp.log(a)) + deviations_jensen(w, jnp.sum(dev_var / a), d)  # zero weights do not count
-        log_det = jnp.minimum(jensen, jnp.sum(jnp.log(a + dev_var)))
+        # The exact determinant (the lemma on the min(K, d)-sized side, within its rounding),
+        # where it is the smallest: Jensen's bound is exact for K = 2 only.
+        v = jnp.exp(0.5 * log_weights)[:, None] * dev / jnp.sqrt(a)
+        exact = jnp.sum(jnp.log(a)) + log_det_identity_plus_gram(v)
+        log_det = jnp.minimum(jnp.minimum(jensen, jnp.sum(jnp.log(a + dev_var))), exact)
     else:
         # Hadamard in the coordinates whitened by the heaviest component h (|Sigma_mix| =
         # |L_h|^2 |L_h^-1 Sigma_mix L_h^-T|): tight when the mixture is nearly that component,
@@ -271,9 +292,21 @@ def certified_upper(
         # sum_kj w_k w_j |L_k^-1 dev_j|^2 (O(K^2 d^2) from the rule's inverses). Exact for two
         # components of one covariance (before, 4.8e-5 nats above the moment-matched bound in
         # 10-D, float64).
-        tau = w @ (jnp.sum(jnp.square(jnp.einsum("kab,jb->kja", inv, dev)), -1) @ w)
-        jensen = jnp.sum(jnp.log(w @ white_var)) + deviations_jensen(w, tau, d)
-        log_det = 2.0 * log_abs_det(scale_tril, None)[h] + jnp.minimum(hadamard, jensen)
+        solved = jnp.einsum("kab,jb->kja", inv, dev)  # L_k^-1 dev_j
+        tau = w @ (jnp.sum(jnp.square(solved), -1) @ w)
+        hadamard_b = jnp.sum(jnp.log(w @ white_var))
+        jensen = hadamard_b + deviations_jensen(w, tau, d)
+        # Tighter than Jensen on the same relaxation: tr(B^-1 C) <= tau came from
+        # E^T B^-1 E <= G = sum_k w_k Y_k Y_k^T (Loewner order; E the columns sqrt(w_j) e_j,
+        # Y_k the rows sqrt(w_j) L_k^-1 dev_j), so ln|I + B^-1/2 C B^-1/2| <= ln|I_K + G|,
+        # a K x K determinant (exact for components of one covariance).
+        # G is summed over k after K Gram matrices of length-d products, so that its
+        # rounding is that of d + K terms, not K d.
+        root_w = jnp.exp(0.5 * log_weights)
+        y = root_w[:, None, None] * root_w[None, :, None] * solved  # (K_k, K_j, d)
+        g = jnp.sum(jnp.einsum("kja,kla->kjl", y, y), 0)
+        exact = hadamard_b + log_det_identity_plus(g, d + locs.shape[0])
+        log_det = 2.0 * log_abs_det(scale_tril, None)[h] + jnp.minimum(jnp.minimum(hadamard, jensen), exact)
     upper = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
     upper = jnp.where(jnp.isfinite(upper), upper, jnp.inf)
     return widened(upper, 8.0)
