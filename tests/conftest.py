@@ -92,3 +92,21 @@ def rng():
 def ftype():
     """The float dtype of this pass (float64 with JAX_ENABLE_X64=1, else float32)."""
     return np.float64 if X64 else np.float32
+
+
+def run_fresh_python(script: str, *args: str, x64: bool, xla_flags: str | None = None, timeout: float = 600,
+                     **env_vars: str) -> str:
+    """Run ``python -c script args...`` in a fresh process (its own JAX backend and compiled
+    programs) with this checkout's ``src`` first on the path, ``JAX_ENABLE_X64`` set from
+    ``x64``, ``XLA_FLAGS`` replaced where given, and ``env_vars`` added; assert that it exited
+    with 0 and return its standard output."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, JAX_ENABLE_X64="1" if x64 else "0", **env_vars)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    if xla_flags is not None:
+        env["XLA_FLAGS"] = xla_flags
+    res = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout

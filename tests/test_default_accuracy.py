@@ -18,7 +18,7 @@ import pytest
 from scipy import integrate
 
 import reference
-from conftest import X64, ftype
+from conftest import X64, ftype, run_fresh_python
 from xla_flags import CHEAP_CODEGEN
 from numpyro_gmm import (
     AutoGaussianMixture,
@@ -327,24 +327,69 @@ def test_accuracy_map_2d_at_default_code_generation():
     (reference.entropy_2d_quadrature)."""
     import json
     import os
-    import subprocess
-    import sys
 
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(here, "..", "src") + os.pathsep + env.get("PYTHONPATH", "")
-    env["JAX_ENABLE_X64"] = "0"
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(tuple(f"--{k}" for k in CHEAP_CODEGEN))]
-    env["XLA_FLAGS"] = " ".join(flags)
-    res = subprocess.run([sys.executable, "-c", MAP_2D_SCRIPT, here], env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    for K, sep, eager, jitted, low, up in json.loads(res.stdout.strip().splitlines()[-1]):
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(tuple(f"--{k}" for k in CHEAP_CODEGEN))]
+    out = run_fresh_python(MAP_2D_SCRIPT, here, x64=False, xla_flags=" ".join(flags))
+    for K, sep, eager, jitted, low, up in json.loads(out.strip().splitlines()[-1]):
         logits, locs, tril = reference.random_mixture(2, K, sep, 2000 + 10 * K + int(10 * sep))
         truth = reference.entropy_2d_quadrature(_weights(logits), locs, tril @ np.swapaxes(tril, -1, -2))
         assert abs(eager - truth) < TOL and abs(jitted - truth) < TOL, (K, sep, eager, jitted, truth)
         assert low <= truth + 1e-4 and truth <= up + 1e-4, (K, sep, low, truth, up)
 
+
+
+HARD_FLOAT32_SCRIPT = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+sys.path.insert(0, sys.argv[1])
+import reference
+from numpyro_gmm import auto_entropy, entropy_bounds
+out = []
+for d, K, cov in ((5, 4, "diag"), (5, 4, "full"), (10, 8, "diag")):
+    for family in ("spike", "spike_light", "weights", "thin", "overlap"):
+        for seed in (0, 1):
+            lg, locs, tril = reference.hard_mixture(family, d, K, seed=seed)
+            if cov == "diag" and family == "thin":
+                continue  # rotated ellipses have no diagonal form
+            row = [d, K, cov, family, seed]
+            for dtype in (jnp.float32, jnp.float64):
+                args = (jnp.asarray(lg, dtype), jnp.asarray(locs, dtype))
+                kw = {"scale": jnp.asarray(np.diagonal(tril, axis1=1, axis2=2), dtype)} if cov == "diag" else {}
+                if cov == "full":
+                    args += (jnp.asarray(tril, dtype),)
+                row.append(float(auto_entropy(*args, **kw)))
+                if dtype == jnp.float32:
+                    row.extend(float(b) for b in entropy_bounds(*args, **kw))
+            out.append(row)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(X64, reason="compares float32 with float64 in one fresh process: one pass is enough")
+def test_hard_mixtures_float32_at_default_code_generation():
+    """The hard families (reference.hard_mixture: narrow spikes of weight 1/K and 1e-4, weights
+    down to 1e-6, crossing thin ellipses, heavy overlap) in d = 5 (K = 4, diagonal and full)
+    and d = 10 (K = 8, diagonal), at XLA's default code generation in a fresh process, where the rounding of fused
+    expressions differs from this suite's level-0 code (that difference hid a float32 defect
+    of the certified floor, 0.248 nats; docs/accuracy.md). The float32 default within 2e-3
+    of the float64 default (independent rounding of the same
+    estimator: a rounding defect shows as a difference), and the float64 value inside the
+    float32 entropy_bounds() up to 1e-3. A sample of a 594-mixture scan (same checks) that
+    found nothing else after that fix."""
+    import json
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(tuple(f"--{k}" for k in CHEAP_CODEGEN))]
+    out = run_fresh_python(HARD_FLOAT32_SCRIPT, here, x64=True, xla_flags=" ".join(flags))
+    rows = json.loads(out.strip().splitlines()[-1])
+    assert len(rows) == 26
+    for d, K, cov, family, seed, h32, low, up, h64 in rows:
+        case = (d, K, cov, family, seed)
+        assert abs(h32 - h64) < 2e-3, (case, h32, h64)
+        assert low - 1e-3 <= h64 <= up + 1e-3, (case, low, h64, up)
 
 @pytest.mark.parametrize("family, K", [("weights", 8), ("thin", 4), ("overlap", 16)])
 def test_2d_hard_cases_full(family, K):

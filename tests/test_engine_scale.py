@@ -7,8 +7,6 @@ unchanged.
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -16,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import X64, ftype
+from conftest import X64, ftype, run_fresh_python
 from numpyro_gmm._kernels.power_integrals import _unrank_halves, log_moments
 from numpyro_gmm.compositions import compositions_up_to, unrank_table
 
@@ -97,11 +95,8 @@ def test_sharded_over_four_devices_equals_single_device():
     The subprocess keeps this process's other XLA flags (the suite's optimisation level) and
     its compilation cache settings."""
     flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-    env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_ENABLE_X64="1")
-    env["JAX_PLATFORMS"] = "cpu"
-    res = subprocess.run([sys.executable, "-c", SHARDED], env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    stdout = run_fresh_python(SHARDED, x64=True, xla_flags=flags.strip(), timeout=300, JAX_PLATFORMS="cpu")
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out["used"], "the 4-device run did not take the shard_map path"
     assert np.isfinite(out["value"])
     assert max(out["diffs"]) <= 1e-10, out["diffs"]

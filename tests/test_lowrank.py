@@ -21,7 +21,7 @@ import pytest
 from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
 
-from conftest import X64, ftype
+from conftest import X64, ftype, run_fresh_python
 from numpyro_gmm import (
     LOWRANK_DENSE_MAX_DIM,
     AutoGaussianMixture,
@@ -547,16 +547,6 @@ def test_gradient_finite_when_the_parameters_are_constants_of_the_program():
     folding of the parameters' part; the same HLO every time), finite with the kernel's
     optimisation barrier. Each fresh process compiles anew, so four of them fail together
     with probability about 15/16 without the barrier."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ)
-    src = os.path.join(os.path.dirname(__file__), "..", "src")
-    env["PYTHONPATH"] = os.path.abspath(src) + os.pathsep + env.get("PYTHONPATH", "")
-    env["JAX_ENABLE_X64"] = "0"
     for _ in range(4):
-        out = subprocess.run([sys.executable, "-c", CONSTANT_PARAMETERS_SCRIPT], env=env, capture_output=True,
-                             text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert out.stdout.strip().endswith("finite"), out.stdout
+        out = run_fresh_python(CONSTANT_PARAMETERS_SCRIPT, x64=False)
+        assert out.strip().endswith("finite"), out

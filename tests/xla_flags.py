@@ -7,8 +7,12 @@ prints ``$XLA_FLAGS`` with them added).
   (``--xla_cpu_use_fusion_emitters=false``; measured on four engine gradients at level 0:
   7.0 -> 2.0 s of compilation, and the fast tier 258 -> 163 CPU-s).
 
-Both change code generation only, not the HLO program or its floating-point semantics (XLA's
-CPU fast-math stays off). A flag the given flags already set wins.
+Both change code generation only, not the HLO program (XLA's CPU fast-math stays off), but
+not the last bits of every result: the same expression may be rounded differently where the
+emitters fuse it differently, and one float32 defect of the certified floor showed only at
+the default code generation (docs/accuracy.md). So two slow tests run in a fresh process at
+XLA's defaults (``tests/test_default_accuracy.py``, ``*_at_default_code_generation``). A flag
+the given flags already set wins.
 """
 
 import os

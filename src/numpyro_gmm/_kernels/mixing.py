@@ -222,9 +222,9 @@ def certified_upper(
     default was up to ``1.2e-3`` nats above ``entropy_bounds``' upper bound on heavily
     overlapping components (``K = 3-8``, ``d = 10``, the Hadamard and Jensen caps above the
     rule's own error); after, inside it on all 18 such mixtures, diagonal and full, float32
-    and float64. Cost: a Cholesky factor of that size (no LAPACK); compiling the default's value and gradient
-    +0.5 s (``K = 4``, ``d = 10``) to +1.5-2.6 s (``K = 32-128`` diagonal, ``K = 16`` full)
-    measured; the ELBO's randomised rule has no cap and does not pay it.
+    and float64. Cost: a Cholesky factor of that size (no LAPACK); compiling the default's
+    value and gradient +0.4-0.7 s at ``K = 4-8``, +1.1-1.9 s at ``K = 16-32``
+    (docs/accuracy.md); the ELBO's randomised rule has no cap and does not pay it.
 
     The bound is the moment-matched Gaussian's entropy ``1/2 ln|2 pi e Sigma_mix|`` where its
     determinant is a closed form (``d <= 2``), and beyond it the same with Hadamard's
