@@ -380,6 +380,14 @@ def make_guide(problem, guide_name, components_per_mode=1):
     return SVI_GUIDES[guide_name](problem)
 
 
+def svi_loss(guide_name, num_particles=1, **mixture_options):
+    """The ELBO that ``guide_name`` is fitted with: ``TraceEntropy_ELBO(**mixture_options)``
+    for AutoGaussianMixture, NumPyro's ``Trace_ELBO`` for the others."""
+    if guide_name == "AutoGaussianMixture":
+        return TraceEntropy_ELBO(num_particles=num_particles, **mixture_options)
+    return Trace_ELBO(num_particles=num_particles)
+
+
 def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise=False, weight_cv=True,
                   entropy_points=DEFAULT_NUM_ENTROPY_POINTS, components_per_mode=1):
     """All seeds in one jit(vmap) program: ``(draws (S, n, D), elbo (S,), wall seconds)``;
@@ -387,12 +395,10 @@ def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise
     ``weight_control_variate``, ``entropy_points``: its ``num_entropy_points``,
     ``components_per_mode``: ``num_components`` over the number of modes (AutoGaussianMixture)."""
     guide = make_guide(problem, guide_name, components_per_mode)
-    if guide_name == "AutoGaussianMixture":
-        loss = TraceEntropy_ELBO(common_component_noise=common_noise, weight_control_variate=weight_cv,
-                                 num_entropy_points=entropy_points)
-    else:
-        loss = Trace_ELBO()
-    eval_loss = TraceEntropy_ELBO(num_particles=256) if guide_name == "AutoGaussianMixture" else Trace_ELBO(num_particles=256)
+    options = {"common_component_noise": common_noise, "weight_control_variate": weight_cv,
+               "num_entropy_points": entropy_points} if guide_name == "AutoGaussianMixture" else {}
+    loss = svi_loss(guide_name, **options)
+    eval_loss = svi_loss(guide_name, num_particles=256)
     svi = SVI(problem.model, guide, numpyro.optim.Adam(lr), loss)
     with handlers.block(), handlers.seed(rng_seed=0):
         guide()  # the prototype (model structure) once, outside the vmap
@@ -424,8 +430,7 @@ def single_fit(problem_name, guide_name, steps, lr, components_per_mode=1, seed=
     is counted."""
     problem = PROBLEMS[problem_name]()
     guide = make_guide(problem, guide_name, components_per_mode)
-    loss = TraceEntropy_ELBO() if guide_name == "AutoGaussianMixture" else Trace_ELBO()
-    svi = SVI(problem.model, guide, numpyro.optim.Adam(lr), loss)
+    svi = SVI(problem.model, guide, numpyro.optim.Adam(lr), svi_loss(guide_name))
     t0 = time.perf_counter()
     result = svi.run(jax.random.PRNGKey(seed), steps, progress_bar=False)
     draws = guide.sample_posterior(jax.random.PRNGKey(seed + 1), result.params, sample_shape=(MASS_DRAWS,))
