@@ -692,7 +692,12 @@ def moment_matched_upper_bound(logits, locs, scale_tril=None, *, scale=None) -> 
         \Sigma_{mix} = \sum_i w_i \big(\Sigma_i + (\mu_i - \bar\mu)(\mu_i - \bar\mu)^T\big).
 
     Cover & Thomas, *Elements of Information Theory*, theorem 8.6.5; listed among the
-    bounds in Huber et al., MFI 2008.
+    bounds in Huber et al., MFI 2008. Diagonal covariances take the determinant from the
+    ``min(K, d)``-sized side (the determinant lemma) with a bound on its rounding added, so
+    that float32 does not fall below the exact value where deviations are long; where a
+    factorisation is not finite (float32, separations of ``10^4`` standard deviations), the
+    larger, finite Hadamard bound ``sum_l ln (Sigma_mix)_ll`` is returned instead of NaN
+    (:func:`numpyro_gmm._kernels.bounds.moment_matched_upper`).
     """
     return _closed_form(_bounds.moment_matched_upper, pairwise=False)(logits, locs, scale_tril, scale=scale)
 

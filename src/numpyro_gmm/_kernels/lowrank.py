@@ -178,8 +178,8 @@ def certified_upper(
     dev_j``; :func:`~numpyro_gmm._kernels.bounds.log_det_identity_plus`), exact for
     components of one covariance of any number: before it, the default was up to ``2.8e-4``
     nats above ``entropy_bounds``' upper bound on ``K = 3-8`` heavily overlapping components
-    of one covariance in 10-D (float64). Elsewhere it may be loose and the cap inactive. Inputs in the rule's rescaled units
-    (:func:`rescaled`).
+    of one covariance in 10-D (float64). Elsewhere it may be loose and the cap inactive.
+    Inputs in the rule's rescaled units (:func:`rescaled`).
     """
     d = locs.shape[-1]
     w = jnp.exp(log_weights)
