@@ -19,7 +19,7 @@ from scipy import integrate
 
 import reference
 from conftest import X64, ftype, run_fresh_python
-from xla_flags import CHEAP_CODEGEN
+from xla_flags import without_cheap_codegen
 from numpyro_gmm import (
     AutoGaussianMixture,
     GaussianMixture,
@@ -329,8 +329,7 @@ def test_accuracy_map_2d_at_default_code_generation():
     import os
 
     here = os.path.dirname(os.path.abspath(__file__))
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(tuple(f"--{k}" for k in CHEAP_CODEGEN))]
-    out = run_fresh_python(MAP_2D_SCRIPT, here, x64=False, xla_flags=" ".join(flags))
+    out = run_fresh_python(MAP_2D_SCRIPT, here, x64=False, xla_flags=without_cheap_codegen(os.environ.get("XLA_FLAGS", "")))
     for K, sep, eager, jitted, low, up in json.loads(out.strip().splitlines()[-1]):
         logits, locs, tril = reference.random_mixture(2, K, sep, 2000 + 10 * K + int(10 * sep))
         truth = reference.entropy_2d_quadrature(_weights(logits), locs, tril @ np.swapaxes(tril, -1, -2))
@@ -371,19 +370,18 @@ print(json.dumps(out))
 def test_hard_mixtures_float32_at_default_code_generation():
     """The hard families (reference.hard_mixture: narrow spikes of weight 1/K and 1e-4, weights
     down to 1e-6, crossing thin ellipses, heavy overlap) in d = 5 (K = 4, diagonal and full)
-    and d = 10 (K = 8, diagonal), at XLA's default code generation in a fresh process, where the rounding of fused
-    expressions differs from this suite's level-0 code (that difference hid a float32 defect
-    of the certified floor, 0.248 nats; docs/accuracy.md). The float32 default within 2e-3
-    of the float64 default (independent rounding of the same
-    estimator: a rounding defect shows as a difference), and the float64 value inside the
-    float32 entropy_bounds() up to 1e-3. A sample of a 594-mixture scan (same checks) that
+    and d = 10 (K = 8, diagonal), at XLA's default code generation in a fresh process, where
+    the rounding of fused expressions differs from this suite's level-0 code (that difference
+    hid a float32 defect of the certified floor, 0.248 nats; docs/accuracy.md). The float32
+    default within 2e-3 of the float64 default (independent rounding of the same estimator:
+    a rounding defect shows as a difference), and the float64 value inside the float32
+    entropy_bounds() up to 1e-3. A sample of a 594-mixture scan (same checks) that
     found nothing else after that fix."""
     import json
     import os
 
     here = os.path.dirname(os.path.abspath(__file__))
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(tuple(f"--{k}" for k in CHEAP_CODEGEN))]
-    out = run_fresh_python(HARD_FLOAT32_SCRIPT, here, x64=True, xla_flags=" ".join(flags))
+    out = run_fresh_python(HARD_FLOAT32_SCRIPT, here, x64=True, xla_flags=without_cheap_codegen(os.environ.get("XLA_FLAGS", "")))
     rows = json.loads(out.strip().splitlines()[-1])
     assert len(rows) == 26
     for d, K, cov, family, seed, h32, low, up, h64 in rows:

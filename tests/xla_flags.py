@@ -28,5 +28,10 @@ def with_cheap_codegen(flags: str) -> str:
     return flags.strip()
 
 
+def without_cheap_codegen(flags: str) -> str:
+    """``flags`` with every flag of ``CHEAP_CODEGEN`` removed: XLA's default code generation."""
+    return " ".join(f for f in flags.split() if not f.startswith(tuple(f"--{k}" for k in CHEAP_CODEGEN)))
+
+
 if __name__ == "__main__":
     print(with_cheap_codegen(os.environ.get("XLA_FLAGS", "")))

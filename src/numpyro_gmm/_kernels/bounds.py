@@ -260,6 +260,19 @@ def log_det_identity_plus_gram(v: Array) -> Array:
     return log_det_identity_plus(v @ v.T, m) if n <= m else log_det_identity_plus(v.T @ v, n)
 
 
+def diagonal_moment_matched_log_det(log_weights: Array, dev: Array, scale: Array) -> Array:
+    """An upper bound on ``ln|Sigma_mix|`` for diagonal covariances, within its rounding of the
+    exact value: ``Sigma_mix = diag(a) + U^T U`` (``a = sum_k w_k s_k^2``, rows ``U_k =
+    sqrt(w_k) dev_k``), ``sum ln a + ln|I + V V^T|`` with ``V = U diag(a)^-1/2`` by
+    :func:`log_det_identity_plus_gram`, or Hadamard's ``sum_l ln (Sigma_mix)_ll`` where that is
+    smaller or the former is not finite. ``dev (K, d)``: the deviations from the mixture's
+    mean."""
+    a = jnp.exp(log_weights) @ jnp.square(scale)
+    u = jnp.exp(0.5 * log_weights)[:, None] * dev  # exp keeps the derivative finite at w_k = 0
+    hadamard = jnp.sum(jnp.log(a + jnp.sum(jnp.square(u), 0)))
+    return jnp.minimum(jnp.sum(jnp.log(a)) + log_det_identity_plus_gram(u / jnp.sqrt(a)), hadamard)  # +inf if not finite
+
+
 def moment_matched_upper(log_weights, locs, scale_tril, scale) -> Array:
     """``1/2 ln|2 pi e Sigma_mix|`` of the moment-matched Gaussian (an upper bound). Diagonal
     covariances: ``Sigma_mix = diag(a) + U^T U`` (``a = sum_k w_k s_k^2``, rows ``U_k =
@@ -274,16 +287,13 @@ def moment_matched_upper(log_weights, locs, scale_tril, scale) -> Array:
     locs = _centre(locs)
     dev = locs - w @ locs
     if scale is not None:
-        a = w @ jnp.square(scale)
-        u = jnp.exp(0.5 * log_weights)[:, None] * dev  # exp keeps the derivative finite at w_k = 0
-        hadamard = jnp.sum(jnp.log(a + w @ jnp.square(dev)))
-        exact = jnp.sum(jnp.log(a)) + log_det_identity_plus_gram(u / jnp.sqrt(a))
+        log_det = diagonal_moment_matched_log_det(log_weights, dev, scale)
     else:
         cov = jnp.einsum("k,kij->ij", w, covariances(scale_tril, scale)) + jnp.einsum("k,ki,kj->ij", w, dev, dev)
         cov = 0.5 * (cov + cov.T)
         hadamard = jnp.sum(jnp.log(jnp.diagonal(cov)))
-        exact = 2.0 * jnp.sum(jnp.log(jnp.diagonal(cholesky(cov))))
-    log_det = jnp.where(jnp.isfinite(exact), jnp.minimum(exact, hadamard), hadamard)
+        exact = 2.0 * jnp.sum(jnp.log(jnp.diagonal(cholesky(cov))))  # NaN where not positive definite
+        log_det = jnp.where(jnp.isfinite(exact), jnp.minimum(exact, hadamard), hadamard)
     return 0.5 * (d * (LOG_2PI + 1.0) + log_det)
 
 

@@ -88,10 +88,10 @@ from .bounds import (
     component_entropies,
     covariances,
     deviations_jensen,
+    diagonal_moment_matched_log_det,
     heaviest_pair_lower,
     log_abs_det,
     log_det_identity_plus,
-    log_det_identity_plus_gram,
     rescaled,
     widened,
 )
@@ -271,11 +271,9 @@ def certified_upper(
         a = w @ jnp.square(scale)
         dev_var = w @ jnp.square(dev)  # (d,): sum_k w_k dev_kl^2
         jensen = jnp.sum(jnp.log(a)) + deviations_jensen(w, jnp.sum(dev_var / a), d)  # zero weights do not count
-        # The exact determinant (the lemma on the min(K, d)-sized side, within its rounding),
-        # where it is the smallest: Jensen's bound is exact for K = 2 only.
-        v = jnp.exp(0.5 * log_weights)[:, None] * dev / jnp.sqrt(a)
-        exact = jnp.sum(jnp.log(a)) + log_det_identity_plus_gram(v)
-        log_det = jnp.minimum(jnp.minimum(jensen, jnp.sum(jnp.log(a + dev_var))), exact)
+        # The exact determinant (the lemma on the min(K, d)-sized side, within its rounding;
+        # Hadamard where smaller), where it is the smallest: Jensen's is exact for K = 2 only.
+        log_det = jnp.minimum(jensen, diagonal_moment_matched_log_det(log_weights, dev, scale))
     else:
         # Hadamard in the coordinates whitened by the heaviest component h (|Sigma_mix| =
         # |L_h|^2 |L_h^-1 Sigma_mix L_h^-T|): tight when the mixture is nearly that component,
