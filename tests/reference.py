@@ -283,6 +283,30 @@ def hard_mixture(name, d, K, seed=0):
     return logits, locs, tril
 
 
+def combined_mixture(d, K, seed, kind="full"):
+    """``(weights, locs, scale_tril)`` (float64) with every hard feature at once: weights
+    log-uniform in ``[1e-6, 1]`` (the first 1), each component's overall scale log-uniform in
+    ``[1e-3, 1]`` (scale ratios up to 1000; the first 1), its axis scales a further factor
+    log-uniform in ``[1e-2, 1]`` (condition numbers up to 1e4) along random orthogonal axes
+    (``kind="full"``) or the coordinate axes (``"diag"``), and means ``c N(0, I)`` with ``c``
+    drawn from ``{0, 0.1, 0.5, 2}`` (from all centred to well apart)."""
+    rng = np.random.default_rng(seed)
+    w = np.exp(rng.uniform(math.log(1e-6), 0.0, K))
+    w[0] = 1.0
+    overall = np.exp(rng.uniform(math.log(1e-3), 0.0, K))
+    overall[0] = 1.0
+    trils = np.empty((K, d, d))
+    for k in range(K):
+        sds = overall[k] * np.exp(rng.uniform(math.log(1e-2), 0.0, d))
+        if kind == "diag":
+            trils[k] = np.diag(sds)
+        else:
+            q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+            trils[k] = np.linalg.cholesky((q * sds**2) @ q.T)
+    locs = rng.choice([0.0, 0.1, 0.5, 2.0]) * rng.normal(size=(K, d))
+    return w / w.sum(), locs, trils
+
+
 def mixing_rule(weights, locs, trils, z):
     """The mixing split's rule on given standard-normal points ``z (M, d)`` (float64 NumPy/SciPy):
     ``sum_i w_i (H(N_i) - mean_m H(r(mu_i + L_i z_m))) + H(w)``, ``r`` the responsibilities.

@@ -577,3 +577,34 @@ def test_overlapping_components_stay_inside_entropy_bounds(kind):
         slack = 1e-10 if X64 else (1e-4 if kind == "lowrank" else 16 * np.finfo(np.float32).eps * (1 + np.abs(hi)))
         assert np.all(h <= hi + slack), (K, h - hi)
         assert np.all(h >= hi - 0.01), (K, h - hi)
+
+
+COMBINED_CASES = [(2, 8, "full", 0), (2, 8, "full", 1), (2, 16, "diag", 2), (3, 16, "full", 0),
+                  (5, 16, "diag", 3), (5, 8, "full", 7)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d, K, kind, seed", COMBINED_CASES, ids=[f"d{d}-K{K}-{k}-{s}" for d, K, k, s in COMBINED_CASES])
+def test_default_on_mixtures_with_every_hard_feature_at_once(d, K, kind, seed):
+    """``reference.combined_mixture``: weights down to 1e-6, scale ratios up to 1000,
+    condition numbers up to 1e4 and overlapping or separate means, all in one mixture. Truth:
+    control-variate Monte Carlo (NumPy, float64, 2^16 draws per component, its standard error
+    given). The default within 0.01 nats of it (4 se added) and inside its own
+    ``entropy_bounds()``. A scan of 132 such mixtures (d = 1-10, K = 2-16, 3 seeds, diagonal
+    and full) found the default within 0.0041 nats of the truth in float32 (se 0.0022) and
+    inside the bracket on all (docs/accuracy.md)."""
+    f = ftype()
+    w, locs, trils = reference.combined_mixture(d, K, seed, kind)
+    truth, se = reference.entropy_monte_carlo_chol(w, locs, trils, draws_per_component=2**16, seed=1)
+    if kind == "diag":
+        m = GaussianMixture(jnp.asarray(locs, f), scale=jnp.asarray(np.diagonal(trils, axis1=1, axis2=2), f),
+                            probs=jnp.asarray(w, f))
+    else:
+        m = GaussianMixture(jnp.asarray(locs, f), scale_tril=jnp.asarray(trils, f), probs=jnp.asarray(w, f))
+    est = float(m.entropy())
+    lo, hi = (float(v) for v in m.entropy_bounds())
+    assert abs(est - truth) <= 0.01 + 4 * se, (est, truth, se)
+    tol = 1e-4 * (1 + abs(truth))
+    assert lo - tol <= est <= hi + tol, (lo, est, hi)
+    assert lo - 4 * se - tol <= truth <= hi + 4 * se + tol, (lo, truth, hi)
+
