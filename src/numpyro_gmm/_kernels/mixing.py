@@ -153,7 +153,9 @@ def rotated_normal_points(u: Array, shift: Array) -> Array:
     once), and the other branch gives what the quantile of a non-finite shift gives, NaN, so
     the values are the same either way. Under a ``vmap`` over shifts it becomes a select,
     the computation as it was before (``tests/test_mixing.py::
-    test_points_are_computed_once_per_pass``)."""
+    test_points_are_computed_once_per_pass``). Only on the CPU (``lax.platform_dependent``):
+    on a GPU a conditional may wait for its predicate to reach the host, so there the points
+    are computed as before."""
 
     def quantile(shift):
         v = u + shift[..., None, :]
@@ -161,8 +163,11 @@ def rotated_normal_points(u: Array, shift: Array) -> Array:
         eps = 2.0**-24
         return jax.scipy.special.ndtri(jnp.clip(v, eps, 1.0 - eps))
 
-    shape = jnp.broadcast_shapes(jnp.shape(shift)[:-1] + (1, 1), jnp.shape(u))
-    return lax.cond(jnp.all(jnp.isfinite(shift)), quantile, lambda s: jnp.full(shape, jnp.nan, u.dtype), shift)
+    def once(shift):
+        shape = jnp.broadcast_shapes(jnp.shape(shift)[:-1] + (1, 1), jnp.shape(u))
+        return lax.cond(jnp.all(jnp.isfinite(shift)), quantile, lambda s: jnp.full(shape, jnp.nan, u.dtype), shift)
+
+    return lax.platform_dependent(shift, cpu=once, default=quantile)
 
 
 def shifted_normal_points(key: Array, num_points: int, d: int, dtype) -> Array:
