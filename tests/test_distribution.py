@@ -678,3 +678,58 @@ def test_sample_site_observed_and_latent():
     assert pred["z"].shape == (6, 2) and pred["x"].shape == (6, 5, 2) and pred["loc"].shape == (6, 2, 2)
     post = Predictive(_model, posterior_samples={"loc": jnp.zeros((4, 2, 2))})(jax.random.PRNGKey(1))
     assert post["x"].shape == (4, 5, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cov", ["diag", "full", "lowrank"])
+def test_gradient_finite_at_a_probability_of_exactly_zero(cov):
+    """A weight of exactly 0 (here ``probs = softmax(theta)`` with one ``theta`` 800 below the
+    others: the exponential underflows, in float32 already 104 below) made every gradient NaN:
+    the logarithm of the probabilities has an infinite derivative there. Reference for
+    ``log_prob``: NumPyro's own ``MixtureSameFamily(Categorical(probs), MultivariateNormal)``,
+    whose gradient is finite (its ``Categorical`` clamps the probabilities at the smallest
+    normal float), through the same softmax. For the entropy and
+    its bounds: the gradient with respect to the non-zero probabilities equals that of the
+    reduced mixture without the zero-weight component (the values are equal,
+    ``test_adversarial.py::test_zero_and_tiny_weights_match_the_reduced_mixture``), and the
+    zero one's derivative is 0."""
+    f = ftype()
+    K, d = 3, 2
+    rng = np.random.default_rng(5)
+    loc = jnp.asarray(rng.normal(size=(K, d)), f)
+    sd = jnp.asarray(np.exp(0.3 * rng.normal(size=(K, d))), f)
+    u = jnp.asarray([0.2, 0.0, -800.0], f)  # the last weight 0: the reduced mixture keeps the others' rule points
+    to_simplex = jax.nn.softmax
+    assert float(to_simplex(u)[2]) == 0.0
+    x = jnp.asarray(rng.normal(size=(5, d)), f)
+
+    def make(probs, keep=slice(None)):
+        if cov == "diag":
+            return GaussianMixture(loc[keep], scale=sd[keep], probs=probs)
+        if cov == "full":
+            return GaussianMixture(loc[keep], scale_tril=sd[keep, :, None] * jnp.eye(d, dtype=f), probs=probs)
+        return GaussianMixture(loc[keep], cov_factor=0.3 * sd[keep, :, None], cov_diag=jnp.square(sd[keep]), probs=probs)
+
+    cov_k = jax.vmap(jnp.diag)(jnp.square(sd))  # the components' covariances, as make() builds them
+    if cov == "lowrank":
+        cov_k = cov_k + 0.09 * sd[:, :, None] * sd[:, None, :]
+
+    def numpyro_log_prob(v):
+        comp = dist.MultivariateNormal(loc, covariance_matrix=cov_k)
+        return jnp.sum(dist.MixtureSameFamily(dist.Categorical(probs=to_simplex(v)), comp).log_prob(x))
+
+    ours = jax.grad(lambda v: jnp.sum(make(to_simplex(v)).log_prob(x)))(u)
+    theirs = jax.grad(numpyro_log_prob)(u)
+    assert bool(jnp.all(jnp.isfinite(ours))), ours
+    tol = dict(rtol=1e-9, atol=1e-12) if X64 else dict(rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), **tol)
+
+    probs = to_simplex(u)
+    for name, fn in [("entropy", lambda m: m.entropy()), ("lower", lambda m: m.entropy_bounds()[0]),
+                     ("upper", lambda m: m.entropy_bounds()[1])]:
+        g = jax.grad(lambda p: fn(make(p)))(probs)
+        reduced = jax.grad(lambda p: fn(make(p, slice(0, 2))))(probs[:2])
+        assert bool(jnp.all(jnp.isfinite(g))), (name, g)
+        assert float(g[2]) == 0.0, (name, g)
+        np.testing.assert_allclose(np.asarray(g[:2]), np.asarray(reduced), rtol=1e-6 if X64 else 1e-3,
+                                   atol=1e-9 if X64 else 1e-4, err_msg=name)

@@ -181,6 +181,32 @@ _mixture_log_prob = jax.jit(MixtureSameFamily.log_prob.__wrapped__)
 _mixture_sample = jax.jit(MixtureSameFamily.sample_with_intermediates, static_argnums=2)
 
 
+@jax.custom_jvp
+def _log_probs(probs: Array) -> Array:
+    """``ln(probs)``, ``-inf`` at a probability of exactly 0 (that component's weight is 0 in
+    every estimator), with the derivative ``dp / p`` where ``p > 0`` and 0 where ``p = 0``.
+
+    The plain logarithm's derivative there is infinite, and every use of the log weight
+    multiplies it by the weight, 0, so the gradient with respect to ``probs`` was NaN in
+    ``log_prob``, ``entropy()`` and ``entropy_bounds()`` alike, and so was the gradient of
+    anything that reaches ``probs`` through a transform (``probs = softmax(theta)`` with one
+    ``theta`` 104 below another in float32 underflows to an exact 0, and the whole gradient
+    with respect to ``theta`` was NaN). NumPyro's
+    ``MixtureSameFamily(Categorical(probs=...), ...)`` is finite there too, with 0 for that
+    probability: its ``Categorical`` clamps probabilities at the smallest normal float before
+    the logarithm. Here the value keeps the exact 0 weight; only the derivative is taken as 0
+    (a one-sided quantity at the boundary of the simplex, where a transform's own derivative
+    is 0)."""
+    return jnp.log(probs)
+
+
+@_log_probs.defjvp
+def _log_probs_jvp(primals, tangents):
+    (p,), (dp,) = primals, tangents
+    positive = p > 0
+    return jnp.log(p), jnp.where(positive, dp / jnp.where(positive, p, 1), 0)
+
+
 @partial(jax.jit, static_argnames=("shape", "cov_name", "weight_name", "dtype"))
 def _parameters(loc, cov_value, weight_value, *, shape, cov_name, weight_name, dtype):
     """The constructor's conversions, one program per shapes (called eagerly, each operation
@@ -193,7 +219,7 @@ def _parameters(loc, cov_value, weight_value, *, shape, cov_name, weight_name, d
     if weight_value is None:
         logits = jnp.zeros(batch_shape + (K,), dtype)
     elif weight_name == "probs":
-        logits = jnp.broadcast_to(jnp.log(jnp.asarray(weight_value, dtype)), batch_shape + (K,))
+        logits = jnp.broadcast_to(_log_probs(jnp.asarray(weight_value, dtype)), batch_shape + (K,))
     else:
         logits = jnp.broadcast_to(jnp.asarray(weight_value, dtype), batch_shape + (K,))
     if cov_name == "cov_factor":
@@ -268,9 +294,11 @@ class GaussianMixture(MixtureSameFamily):
         parameterisations is given.
       logits: ``(..., K)`` unnormalised log weights, or
       probs: ``(..., K)`` weights summing to one. At most one; equal weights if neither.
+        A probability of exactly 0 is a component of weight 0 everywhere; derivatives with
+        respect to it are 0 (finite, as for NumPyro's ``Categorical``), not NaN.
       entropy_method: default estimator of :meth:`entropy`, a key of
         :data:`numpyro_gmm.ENTROPY_METHODS`; ``"auto"`` (:func:`numpyro_gmm.auto_entropy`):
-        the Legendre series in 1-D and 2-D, the mixing rule beyond.
+        the mixing rule in every dimension.
       entropy_order: default ``order`` of :meth:`entropy` for the estimators that take one
         (``None``: the estimator's own default).
       validate_args: check the parameters' values: every argument that is a constant is
