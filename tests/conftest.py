@@ -110,3 +110,10 @@ def run_fresh_python(script: str, *args: str, x64: bool, xla_flags: str | None =
     res = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout
+
+
+def run_fresh_python_json(script: str, *args: str, **kwargs):
+    """:func:`run_fresh_python`, returning the JSON value of the last line the script printed."""
+    import json
+
+    return json.loads(run_fresh_python(script, *args, **kwargs).strip().splitlines()[-1])

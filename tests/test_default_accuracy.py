@@ -18,7 +18,7 @@ import pytest
 from scipy import integrate
 
 import reference
-from conftest import X64, ftype, run_fresh_python
+from conftest import X64, ftype, run_fresh_python_json
 from xla_flags import without_cheap_codegen
 from numpyro_gmm import (
     AutoGaussianMixture,
@@ -325,12 +325,11 @@ def test_accuracy_map_2d_at_default_code_generation():
     whose spread underflowed to 0, and that "lower" bound, above the truth and the upper
     bound, moved the estimate to the upper bound. Truth: 801 x 801 trapezoid quadrature
     (reference.entropy_2d_quadrature)."""
-    import json
     import os
 
     here = os.path.dirname(os.path.abspath(__file__))
-    out = run_fresh_python(MAP_2D_SCRIPT, here, x64=False, xla_flags=without_cheap_codegen(os.environ.get("XLA_FLAGS", "")))
-    for K, sep, eager, jitted, low, up in json.loads(out.strip().splitlines()[-1]):
+    rows = run_fresh_python_json(MAP_2D_SCRIPT, here, x64=False, xla_flags=without_cheap_codegen(os.environ.get("XLA_FLAGS", "")))
+    for K, sep, eager, jitted, low, up in rows:
         logits, locs, tril = reference.random_mixture(2, K, sep, 2000 + 10 * K + int(10 * sep))
         truth = reference.entropy_2d_quadrature(_weights(logits), locs, tril @ np.swapaxes(tril, -1, -2))
         assert abs(eager - truth) < TOL and abs(jitted - truth) < TOL, (K, sep, eager, jitted, truth)
@@ -377,12 +376,10 @@ def test_hard_mixtures_float32_at_default_code_generation():
     a rounding defect shows as a difference), and the float64 value inside the float32
     entropy_bounds() up to 1e-3. A sample of a 594-mixture scan (same checks) that
     found nothing else after that fix."""
-    import json
     import os
 
     here = os.path.dirname(os.path.abspath(__file__))
-    out = run_fresh_python(HARD_FLOAT32_SCRIPT, here, x64=True, xla_flags=without_cheap_codegen(os.environ.get("XLA_FLAGS", "")))
-    rows = json.loads(out.strip().splitlines()[-1])
+    rows = run_fresh_python_json(HARD_FLOAT32_SCRIPT, here, x64=True, xla_flags=without_cheap_codegen(os.environ.get("XLA_FLAGS", "")))
     assert len(rows) == 26
     for d, K, cov, family, seed, h32, low, up, h64 in rows:
         case = (d, K, cov, family, seed)

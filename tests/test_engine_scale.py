@@ -5,7 +5,6 @@ the mechanisms that bound memory and spread work over devices leave values and g
 unchanged.
 """
 
-import json
 import os
 import textwrap
 
@@ -14,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import X64, ftype, run_fresh_python
+from conftest import X64, ftype, run_fresh_python_json
 from numpyro_gmm._kernels.power_integrals import _unrank_halves, log_moments
 from numpyro_gmm.compositions import compositions_up_to, unrank_table
 
@@ -95,8 +94,7 @@ def test_sharded_over_four_devices_equals_single_device():
     The subprocess keeps this process's other XLA flags (the suite's optimisation level) and
     its compilation cache settings."""
     flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-    stdout = run_fresh_python(SHARDED, x64=True, xla_flags=flags.strip(), timeout=300, JAX_PLATFORMS="cpu")
-    out = json.loads(stdout.strip().splitlines()[-1])
+    out = run_fresh_python_json(SHARDED, x64=True, xla_flags=flags.strip(), timeout=300, JAX_PLATFORMS="cpu")
     assert out["used"], "the 4-device run did not take the shard_map path"
     assert np.isfinite(out["value"])
     assert max(out["diffs"]) <= 1e-10, out["diffs"]
