@@ -250,18 +250,21 @@ def _compiled_floor_count(fn, *args) -> int:
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="counts operations of XLA's CPU fusion")
 @pytest.mark.parametrize(
     "kind, d, key, most",
-    [("lowrank", 40, True, 1), ("diag", 100, False, 2), ("lowrank", 400, False, 2)],
-    ids=["lowrank-keyed", "diag-fixed-one-at-a-time", "lowrank-fixed-one-at-a-time"],
+    [("lowrank", 40, True, 1), ("lowrank", 40, "vmap", 1), ("lowrank", 40, False, 1), ("diag", 100, False, 2),
+     ("lowrank", 400, False, 2)],
+    ids=["lowrank-keyed", "lowrank-keyed-vmapped", "lowrank-fixed-all-at-once", "diag-fixed-one-at-a-time",
+         "lowrank-fixed-one-at-a-time"],
 )
 def test_points_are_computed_once_per_pass(kind, d, key, most):
     """XLA's CPU fusion copied the points' shift, ``floor`` and normal quantile into every
     kernel that used them: 6 copies in the low-rank rule's value and gradient with a key
-    (``d = 40``), 8 in the fixed rule visiting one component at a time (diagonal ``d = 100``,
-    low rank ``d = 400``, ``K = 3``, 1024 points; ``K M d`` quantiles each), about 1 ms of CPU
-    of the ``d = 1000`` low-rank SVI step's 3. The points now come from a conditional, which
-    no fusion crosses: once with a key, once in the forward and once in the rematerialised
-    backward pass one component at a time (``most``). The values are SciPy's quantile of the
-    same shifted Sobol' points (float64 reference, float32 within rounding)."""
+    (``d = 40``; also vmapped over 4 keys, as several particles), 4 in the fixed rule with all
+    components at once (a ``vmap``), 8 visiting one component at a time (diagonal
+    ``d = 100``, low rank ``d = 400``, ``K = 3``, 1024 points; ``K M d`` quantiles each), about
+    1 ms of CPU of the ``d = 1000`` low-rank SVI step's 3. The points now come from a
+    conditional, which no fusion crosses: once, and one component at a time once in the
+    forward and once in the rematerialised backward pass (``most``). The values are SciPy's
+    quantile of the same shifted Sobol' points (float64 reference, float32 within rounding)."""
     f = ftype()
     K = 3
     rng = np.random.default_rng(0)
@@ -270,7 +273,10 @@ def test_points_are_computed_once_per_pass(kind, d, key, most):
         make = lambda p: GaussianMixture(loc + p, scale=jnp.ones((K, d), f))
     else:
         make = lambda p: GaussianMixture(loc + p, cov_factor=jnp.full((K, d, 2), 0.3, f), cov_diag=jnp.ones((K, d), f))
-    entropy = (lambda p, k: make(p).entropy(key=k, num_points=16)) if key else (lambda p, k: make(p).entropy())
+    if key == "vmap":
+        entropy = lambda p, k: jnp.sum(jax.vmap(lambda kk: make(p).entropy(key=kk, num_points=16))(jax.random.split(k, 4)))
+    else:
+        entropy = (lambda p, k: make(p).entropy(key=k, num_points=16)) if key else (lambda p, k: make(p).entropy())
     assert _compiled_floor_count(jax.value_and_grad(entropy), jnp.zeros((), f), jax.random.PRNGKey(0)) <= most
 
     from scipy.special import ndtri

@@ -144,18 +144,17 @@ def rotated_normal_points(u: Array, shift: Array) -> Array:
     Computed once: the points feed several fused kernels (the products of the rule and, in
     the gradient, those of the factors), and XLA's CPU compiler copied the shift, ``floor``
     and quantile into each consumer fusion (compiled value and gradient: 6-8 copies in the
-    low-rank rule with a key, 8 in the fixed rule visiting one component at a time), which
-    cost about 1 ms of the 3 ms CPU of the low-rank rule's value and gradient at ``d = 1000``,
-    ``K = 4``, ``M = 16``, the points alone 0.3 ms. It also drops
-    ``lax.optimization_barrier``. A conditional on a predicate known only at run time is a
-    boundary no fusion crosses: the predicate is whether the shift is finite (it always is:
-    a constant shift folds it away, as for the fixed rule's points of all components at
-    once), and the other branch gives what the quantile of a non-finite shift gives, NaN, so
-    the values are the same either way. Under a ``vmap`` over shifts it becomes a select,
-    the computation as it was before (``tests/test_mixing.py::
-    test_points_are_computed_once_per_pass``). Only on the CPU (``lax.platform_dependent``):
-    on a GPU a conditional may wait for its predicate to reach the host, so there the points
-    are computed as before."""
+    low-rank rule with a key, also under a ``vmap`` over keys, 4 with the fixed rule's
+    components all at once, 8 visiting one component at a time), which cost about 1 ms of the
+    3 ms CPU of the low-rank rule's value and gradient at ``d = 1000``, ``K = 4``, ``M = 16``,
+    the points alone 0.3 ms. It also drops ``lax.optimization_barrier`` before fusing. A
+    conditional is a boundary no fusion crosses, so the points are computed in one: its
+    predicate is ``True`` behind an optimisation barrier (which XLA keeps until the
+    conditionals are simplified, so the conditional stays; it depends on no argument, so under
+    a ``vmap`` it stays a conditional rather than a select), and its other branch, NaN points,
+    is never taken (``tests/test_mixing.py::test_points_are_computed_once_per_pass``). Only
+    on the CPU (``lax.platform_dependent``): on a GPU a conditional may wait for its
+    predicate on the host, so there the points are computed as before."""
 
     def quantile(shift):
         v = u + shift[..., None, :]
@@ -165,7 +164,8 @@ def rotated_normal_points(u: Array, shift: Array) -> Array:
 
     def once(shift):
         shape = jnp.broadcast_shapes(jnp.shape(shift)[:-1] + (1, 1), jnp.shape(u))
-        return lax.cond(jnp.all(jnp.isfinite(shift)), quantile, lambda s: jnp.full(shape, jnp.nan, u.dtype), shift)
+        always = lax.optimization_barrier(jnp.array(True))
+        return lax.cond(always, quantile, lambda s: jnp.full(shape, jnp.nan, u.dtype), shift)
 
     return lax.platform_dependent(shift, cpu=once, default=quantile)
 
