@@ -3,12 +3,14 @@ NumPy's LAPACK (``numpy.linalg.inv`` / ``cholesky`` in float64) and the closed-f
 derivatives ``d(L^-1) = -L^-1 dL L^-1`` and ``dL = L Phi(L^-1 dA L^-T)``.
 
 The dimensions cover every code path. ``tril_inverse``: the static substitution (``d <= 6``),
-the row loop on one base block (``d = 7, 13``), the recursive doubling with padding to a
-power-of-two number of blocks (``d = 17``: 2 blocks of 9 rows; ``d = 100``: 8 blocks of 13)
-and without (``d = 40``: 4 blocks of 10). ``cholesky``: the static columns (``d <= 6``), the
-column loop (``d = 7, 13``) and the blocked left-looking loop over 16-column blocks, with
-padding (``d = 17, 40, 100``). ``tril_solve_columns`` (blocked substitution, 16-row blocks):
-exactly two blocks (``d = 32``) and padded (``d = 40, 100``); ``tril_solve`` on both its paths.
+the doubling from ``1 x 1`` blocks on one base block (``d = 7, 13``: padded to 8 and 16 rows),
+the recursive doubling with padding to a power-of-two number of blocks (``d = 17``: 2 blocks
+of 9 rows; ``d = 100``: 8 blocks of 13) and without (``d = 40``: 4 blocks of 10).
+``cholesky``: the static columns (``d <= 6``), the column loop (``d = 7, 13``) and the blocked
+left-looking loop over 16-column blocks, with padding (``d = 17, 40, 100``).
+``tril_solve_columns`` (blocked substitution, 16-row blocks), unrolled: exactly two blocks
+(``d = 32``) and a shorter last one (``d = 40``); in the ``fori_loop`` beyond 4 blocks,
+padded (``d = 100``: 7 blocks; ``d = 150``: 10); ``tril_solve`` on both its paths.
 """
 
 from __future__ import annotations
@@ -105,8 +107,9 @@ def _solve_ref(chol, rhs, transpose=False):
     return np.vectorize(lambda a, b: solve_triangular(a, b, lower=True, trans=int(transpose)), signature=sig)(chol, rhs)
 
 
-# d = 32: two substitution blocks exactly; 40: padded to three; 100: seven, padded.
-@pytest.mark.parametrize("d", [32, 40, 100])
+# d = 32: two substitution blocks exactly; 40: three, the last of 8 rows (both unrolled);
+# 100: seven, padded; 150: ten, padded (both in the loop).
+@pytest.mark.parametrize("d", [32, 40, 100, 150])
 def test_tril_solve_columns_and_its_derivatives_match_scipy(rng, d):
     """``L^-1 B`` by blocked forward substitution against SciPy's float64 ``solve_triangular``;
     its JVP against ``L^-1 (dB - dL Y)``; its reverse-mode gradient (the back substitution
