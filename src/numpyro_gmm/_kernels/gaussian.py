@@ -289,23 +289,21 @@ def precision_of_tril(chol: Array) -> Array:
 
 
 def _substitution_blocks(chol: Array):
-    """``(factor, inv)`` for :func:`_substitute`, the inverses of the diagonal blocks of ``L``
-    (``b = _BLOCK_MAX_DIM`` rows each) by :func:`_tril_inverse_base` (``O(d b^2)``). Up to
-    ``_STATIC_SUBSTITUTION_BLOCKS`` blocks: ``L`` itself and a tuple of the ``n`` inverses, the
-    last of ``d - (n - 1) b`` rows; beyond: ``L`` padded with an identity block to ``n b``
-    rows and the inverses ``(..., n, b, b)``."""
+    """``(factor, inv)`` for :func:`_substitute`: the inverses of the ``n`` diagonal blocks of
+    ``L`` padded with an identity block to ``n b`` rows (``b = _BLOCK_MAX_DIM``), by
+    :func:`_tril_inverse_base` (``O(d b^2)``). Up to ``_STATIC_SUBSTITUTION_BLOCKS`` blocks:
+    ``L`` itself and a tuple of the ``n`` inverses, the last cut to its ``d - (n - 1) b`` rows
+    (the padding's inverse is the identity beside it); beyond: the padded ``L`` and the
+    inverses ``(..., n, b, b)``."""
     d = chol.shape[-1]
     b = _BLOCK_MAX_DIM
     n = math.ceil(d / b)
-    if n <= _STATIC_SUBSTITUTION_BLOCKS:
-        full = d // b  # blocks of b rows; a last, shorter one where b does not divide d
-        inv = _tril_inverse_base(_diagonal_blocks(chol[..., : full * b, : full * b], full)) if full else None
-        blocks = [inv[..., i, :, :] for i in range(full)]
-        if full < n:
-            blocks.append(_tril_inverse_base(chol[..., full * b :, full * b :]))
-        return chol, tuple(blocks)
     padded = _pad_with_identity(chol, n * b)
-    return padded, _tril_inverse_base(_diagonal_blocks(padded, n))
+    inv = _tril_inverse_base(_diagonal_blocks(padded, n))
+    if n > _STATIC_SUBSTITUTION_BLOCKS:
+        return padded, inv
+    last = d - (n - 1) * b
+    return chol, tuple(inv[..., i, :, :] for i in range(n - 1)) + (inv[..., n - 1, :last, :last],)
 
 
 # Up to this many 16-row blocks (d <= 64) the block substitution below is unrolled in Python:
@@ -348,7 +346,6 @@ def _substitute(factor: Array, inv, rhs: Array, transpose: bool) -> Array:
             solved[i] = (jnp.swapaxes(inv[i], -1, -2) if transpose else inv[i]) @ rhs_i
         return jnp.concatenate([solved[j] for j in range(n)], -2)
 
-    padded = factor
     n = inv.shape[-3]
     rhs = jnp.pad(rhs, [(0, 0)] * (rhs.ndim - 2) + [(0, n * b - d), (0, 0)])
     if transpose:
@@ -359,9 +356,9 @@ def _substitute(factor: Array, inv, rhs: Array, transpose: bool) -> Array:
         start = i * b
         inv_i = lax.dynamic_index_in_dim(inv, i, axis=-3, keepdims=False)
         if transpose:
-            part = jnp.swapaxes(lax.dynamic_slice_in_dim(padded, start, b, axis=-1), -1, -2)  # L[:, I]^T
+            part = jnp.swapaxes(lax.dynamic_slice_in_dim(factor, start, b, axis=-1), -1, -2)  # L[:, I]^T
         else:
-            part = lax.dynamic_slice_in_dim(padded, start, b, axis=-2)  # L[I, :]
+            part = lax.dynamic_slice_in_dim(factor, start, b, axis=-2)  # L[I, :]
         y_i = inv_i @ (lax.dynamic_slice_in_dim(rhs, start, b, axis=-2) - part @ y)
         return lax.dynamic_update_slice_in_dim(y, y_i, start, axis=-2)
 
