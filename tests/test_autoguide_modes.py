@@ -378,7 +378,7 @@ def test_newton_refine_solves_a_gaussian_from_far_away():
     starts = jnp.asarray(rng.normal(size=(6, 3)) * 2.0, f)
     refine = jax.jit(lambda l, s, k: newton_refine(gaussian, l, s, k, num_steps=3, num_draws=64))
     assert "lapack" not in refine.lower(starts, jnp.ones_like(starts), jax.random.PRNGKey(0)).as_text().lower()
-    locs, scales, scores, chols = (np.asarray(v) for v in refine(starts, jnp.ones_like(starts), jax.random.PRNGKey(0)))
+    locs, scales, scores, laplace = (np.asarray(v) for v in refine(starts, jnp.ones_like(starts), jax.random.PRNGKey(0)))
     # within 1e-6 (float64) / 1e-3 (float32) posterior sds, plus 8 spacings of the float
     # type at the mean (float32's spacing at 5000 is 5e-4, half the smallest sd)
     eps = np.finfo(np.float64 if X64 else np.float32).eps
@@ -387,9 +387,9 @@ def test_newton_refine_solves_a_gaussian_from_far_away():
     np.testing.assert_allclose(scales, np.broadcast_to(1 / np.sqrt(np.diag(prec)), (6, 3)), rtol=1e-6 if X64 else 2e-3)
     assert np.all(np.isfinite(scores))
     np.testing.assert_allclose(scores, scores[0], atol=1e-6 if X64 else 1e-2)
-    hess = chols @ np.swapaxes(chols, -1, -2)  # the factors of the Hessian: the precision
-    np.testing.assert_allclose(hess, np.broadcast_to(prec, (6, 3, 3)), rtol=1e-6 if X64 else 1e-4,
-                               atol=1e-6 * np.abs(prec).max())
+    # the Laplace factors: chol(H^-1) = chol(cov) by NumPy, row i in units of sd_i
+    expected = np.linalg.cholesky(cov) / sd[:, None]
+    np.testing.assert_allclose(laplace / sd[:, None], np.broadcast_to(expected, (6, 3, 3)), atol=1e-8 if X64 else 1e-4)
 
 
 def test_newton_refine_never_raises_the_potential_and_keeps_non_convex_points():

@@ -21,7 +21,7 @@ from numpyro.util import not_jax_tracer
 from ._kernels.init_fits import (
     choose_separated,
     fit_diagonal_gaussians,
-    laplace_from_cholesky,
+    laplace_or_diagonal,
     laplace_scale_tril,
     newton_refine,
 )
@@ -523,23 +523,24 @@ class AutoGaussianMixture(AutoContinuous):
         return self._potential_fn(self._unpack_latent(z))
 
     def _fits_and_curvature(self, rng_key):
-        """:meth:`initial_fits` and the Cholesky factors ``(K, d, d)`` of the chosen fits'
-        Hessians from the Newton refinement (``None`` where it did not run)."""
+        """:meth:`initial_fits` and the lower Cholesky factors ``(K, d, d)`` of the chosen
+        fits' Laplace covariances (inverse Hessians) from the Newton refinement (NaN where
+        the Hessian is not positive definite; ``None`` where the refinement did not run)."""
         start_key, fit_key, newton_key = jax.random.split(rng_key, 3)
         starts = self.starting_points(start_key)
         locs, scales, scores = fit_diagonal_gaussians(
             self._latent_potential, starts, jnp.log(self._init_scale), fit_key,
             num_steps=self.init_fit_steps, learning_rate=self.init_fit_lr, num_particles=2,
         )
-        chols = None
+        laplace = None
         if self.init_newton_steps and self.latent_dim <= NEWTON_MAX_DIM:
-            locs, scales, scores, chols = newton_refine(
+            locs, scales, scores, laplace = newton_refine(
                 self._latent_potential, locs, scales, newton_key,
                 num_steps=self.init_newton_steps, num_draws=NEWTON_SCORE_DRAWS,
             )
         chosen = choose_separated(locs, scales, scores, self.num_components, self.init_tolerance)
         return (locs[chosen], scales[chosen], chosen, (locs, scales, scores),
-                None if chols is None else chols[chosen])
+                None if laplace is None else laplace[chosen])
 
     # -- parameters -----------------------------------------------------------------------
 
@@ -551,11 +552,11 @@ class AutoGaussianMixture(AutoContinuous):
         """``(locs (K, d), scales (K, d), scale_tril (K, d, d) or None)`` of the initial
         components of ``init_method="fits"`` (steps 1-4 of the class docstring); the
         Laplace factors only for ``covariance="full"``. Needs the guide's prototype."""
-        locs, scales, _, _, chols = self._fits_and_curvature(rng_key)
+        locs, scales, _, _, laplace = self._fits_and_curvature(rng_key)
         if self.covariance != "full":
             return locs, scales, None
-        if chols is not None:  # the refinement's factored Hessians at these means
-            return locs, scales, laplace_from_cholesky(chols, scales)
+        if laplace is not None:  # the refinement's Laplace factors at these means
+            return locs, scales, laplace_or_diagonal(laplace, scales)
         return locs, scales, laplace_scale_tril(self._latent_potential, locs, scales)
 
     def _initial_values(self, rng_key):

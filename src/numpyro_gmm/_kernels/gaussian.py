@@ -288,6 +288,19 @@ def precision_of_tril(chol: Array) -> Array:
     return jnp.swapaxes(w, -1, -2) @ w
 
 
+def cholesky_of_inverse(a: Array) -> Array:
+    r"""Lower Cholesky factor ``S`` of ``a^-1`` (``S S^T = a^-1``) of symmetric positive-definite
+    ``(..., d, d)`` matrices: one factorisation and one triangular inverse, no second
+    factorisation of the inverse (NaN where ``a`` is not positive definite).
+
+    With ``J`` the reversal permutation and ``J a J = L L^T`` (:func:`cholesky` of ``a`` with
+    rows and columns reversed), ``a^-1 = J L^-T L^-1 J = (J L^-T J)(J L^-T J)^T``, and
+    ``J L^-T J`` is lower triangular (``L^-T`` is upper triangular; reversing both axes maps
+    upper to lower) with the positive diagonal of ``L^-1``: it is the unique Cholesky factor."""
+    flip = lambda m: m[..., ::-1, ::-1]  # noqa: E731
+    return flip(jnp.swapaxes(tril_inverse(cholesky(flip(a))), -1, -2))
+
+
 def _substitution_blocks(chol: Array):
     """``(factor, inv)`` for :func:`_substitute`: the inverses of the ``n`` diagonal blocks of
     ``L`` padded with an identity block to ``n b`` rows (``b = _BLOCK_MAX_DIM``), by

@@ -78,7 +78,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax, random
 
-from .gaussian import cholesky, precision_of_tril
+from .gaussian import cholesky_of_inverse
 
 Array = jnp.ndarray
 
@@ -149,9 +149,10 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
     :param key: PRNG key of the ``num_draws`` standard-normal draws shared by every fit's score.
     :param num_steps: Newton iterations (each ``d`` Hessian-vector products and a ``d x d``
         Cholesky factorisation per fit).
-    :return: ``(locs (M, d), scales (M, d), scores (M,), chols (M, d, d))``, the last the
-        lower Cholesky factors of the symmetrised Hessians at the refined means (NaN where
-        not positive definite; for :func:`laplace_from_cholesky`).
+    :return: ``(locs (M, d), scales (M, d), scores (M,), factors (M, d, d))``, the last the
+        lower Cholesky factors of the inverses of the symmetrised Hessians at the refined
+        means, i.e. of the Laplace covariances (NaN where the Hessian is not positive
+        definite; for :func:`laplace_or_diagonal`).
     """
     M, d = locs.shape
     dtype = locs.dtype
@@ -165,27 +166,27 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
     hessian_and_grad = jax.jacfwd(grad_and_aux, has_aux=True)
 
     def curvature(m):
-        """``(g, H, L, ok)`` at ``m``: the gradient, the symmetrised Hessian, its Cholesky
-        factor and whether it is positive definite."""
+        """``(g, H, S, ok)`` at ``m``: the gradient, the symmetrised Hessian, the lower
+        Cholesky factor of its inverse (``S S^T = H^-1``) and whether ``H`` is positive
+        definite."""
         h, g = hessian_and_grad(m)
         h = 0.5 * (h + h.T)
-        chol = cholesky(h)  # the package's LAPACK-free factorisation: NaN where not PD
-        ok = jnp.all(jnp.isfinite(chol)) & jnp.all(jnp.diagonal(chol) > 0)
-        return g, h, chol, ok
+        factor = cholesky_of_inverse(h)  # LAPACK-free: NaN where not PD
+        return g, h, factor, _is_factor(factor)
 
     def body(_, state):  # one fit: apply the pending step (line search), then plan the next
-        m, u, step, _h, _chol, _ok = state
+        m, u, step, _h, _factor, _ok = state
         trial = m + lengths[:, None] * step
         u_trial = jax.vmap(potential_fn)(trial)
         better = jnp.isfinite(u_trial) & (u_trial <= u)
         first = jnp.argmax(better)
         m = jnp.where(better[first], trial[first], m)
         u = jnp.where(better[first], u_trial[first], u)
-        g, h, chol, ok = curvature(m)
-        # H^-1 g = L^-T L^-1 g, without LAPACK; zero where H is not PD or g not finite
-        newton = precision_of_tril(jnp.where(ok, chol, jnp.eye(d, dtype=dtype))) @ g
-        step = jnp.where(ok & jnp.all(jnp.isfinite(g)), -newton, 0.0)
-        return m, u, step, jnp.diagonal(h), chol, ok
+        g, h, factor, ok = curvature(m)
+        # H^-1 g = S S^T g; zero where H is not PD or g not finite
+        safe = jnp.where(ok, factor, 0.0)
+        step = jnp.where(ok & jnp.all(jnp.isfinite(g)), -(safe @ (safe.T @ g)), 0.0)
+        return m, u, step, jnp.diagonal(h), factor, ok
 
     def refine(m):
         zeros = jnp.zeros((d, d), dtype)
@@ -194,10 +195,10 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
         state = (m, jnp.array(jnp.inf, dtype), jnp.zeros_like(m), jnp.zeros_like(m), zeros, jnp.array(False))
         # num_steps + 1 passes: the first only plans (its step is zero), so the last leaves
         # the curvature at the final mean
-        m, _, _, diag, chol, ok = lax.fori_loop(0, num_steps + 1, body, state)
-        return m, diag, chol, ok
+        m, _, _, diag, factor, ok = lax.fori_loop(0, num_steps + 1, body, state)
+        return m, diag, factor, ok
 
-    locs, diag, chols, ok = jax.vmap(refine)(locs)
+    locs, diag, factors, ok = jax.vmap(refine)(locs)
     scales = jnp.where(ok[:, None], lax.rsqrt(jnp.where(ok[:, None], diag, 1.0)), scales)
     eps = random.normal(key, (num_draws, d), dtype)
 
@@ -206,7 +207,7 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
         value = -jnp.mean(u) + jnp.sum(jnp.log(s))
         return jnp.where(jnp.isfinite(value), value, -jnp.inf)
 
-    return locs, scales, jax.vmap(score)(locs, scales), chols
+    return locs, scales, jax.vmap(score)(locs, scales), factors
 
 
 def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int, tolerance: float) -> Array:
@@ -250,8 +251,10 @@ def laplace_scale_tril(potential_fn, locs: Array, scales: Array) -> Array:
     :math:`1 / \sqrt{H_{k,ii}}` for a Gaussian target), has the correlations and the
     marginal variances. ``H_k`` is formed by forward-over-reverse differentiation
     (``d`` Hessian-vector products, i.e. ``O(d)`` gradient evaluations of ``U``), then
-    :math:`L_k = \operatorname{chol}(H_k^{-1})`. Where ``H_k`` is not positive definite
-    or anything is not finite (``m_k`` not at a mode, a flat or improper direction), the
+    :math:`L_k = \operatorname{chol}(H_k^{-1})` by
+    :func:`~numpyro_gmm._kernels.gaussian.cholesky_of_inverse` (one factorisation of the
+    reversed ``H_k`` and one triangular inverse). Where ``H_k`` is not positive definite or
+    anything is not finite (``m_k`` not at a mode, a flat or improper direction), the
     fallback is :math:`\operatorname{diag}(s_k)`.
 
     :param potential_fn: ``(d,) -> ()``.
@@ -260,20 +263,18 @@ def laplace_scale_tril(potential_fn, locs: Array, scales: Array) -> Array:
     hessians = jax.vmap(jax.hessian(potential_fn))(locs)
     # the package's LAPACK-free factorisation (a batched LAPACK call can deadlock on 2 cores,
     # see numpyro_gmm._kernels.gaussian); NaN where H is not positive definite
-    return laplace_from_cholesky(cholesky(0.5 * (hessians + jnp.swapaxes(hessians, -1, -2))), scales)
+    return laplace_or_diagonal(cholesky_of_inverse(0.5 * (hessians + jnp.swapaxes(hessians, -1, -2))), scales)
 
 
-def laplace_from_cholesky(chols: Array, scales: Array) -> Array:
-    """``(K, d, d)`` lower Cholesky factors of ``H_k^-1`` from those of the Hessians,
-    ``chols (K, d, d)`` (``H_k = L_k L_k^T``; NaN where ``H_k`` is not positive definite),
-    ``diag(scales_k)`` where that fails (see :func:`laplace_scale_tril`)."""
-    d = chols.shape[-1]
-    eye = jnp.eye(d, dtype=chols.dtype)
+def _is_factor(factor: Array) -> Array:
+    """Whether ``factor (..., d, d)`` is a Cholesky factor: finite with a positive diagonal."""
+    finite = jnp.all(jnp.isfinite(factor), axis=(-2, -1))
+    return finite & jnp.all(jnp.diagonal(factor, axis1=-2, axis2=-1) > 0, axis=-1)
 
-    def one(chol, scale):
-        cov = precision_of_tril(chol)  # H^-1 = L^-T L^-1 with H = L L^T
-        tril = cholesky(0.5 * (cov + cov.T))
-        ok = jnp.all(jnp.isfinite(tril)) & jnp.all(jnp.diagonal(tril) > 0)
-        return jnp.where(ok, tril, scale[:, None] * eye)
 
-    return jax.vmap(one)(chols, scales)
+def laplace_or_diagonal(factors: Array, scales: Array) -> Array:
+    """``(K, d, d)``: the Laplace covariances' factors ``factors`` (NaN where the Hessian
+    was not positive definite), ``diag(scales_k)`` where they are not Cholesky factors (see
+    :func:`laplace_scale_tril`)."""
+    diagonal = scales[..., None] * jnp.eye(factors.shape[-1], dtype=factors.dtype)
+    return jnp.where(_is_factor(factors)[..., None, None], factors, diagonal)
