@@ -234,8 +234,9 @@ class AutoGaussianMixture(AutoContinuous):
        ``latent_dim <= NEWTON_MAX_DIM`` (100), each fit's mean refined by up to
        ``init_newton_steps`` damped Newton steps on the potential (a step only where the
        Hessian is positive definite, never one that raises the potential), its standard
-       deviations set to ``1 / sqrt(diag(Hessian))`` and every fit scored again on 64 draws
-       common to all fits (:func:`numpyro_gmm._kernels.init_fits.newton_refine`). Adam moves
+       deviations set to ``1 / sqrt(diag(Hessian))`` and every fit scored again on 64
+       quasi-random normal points common to all fits (scrambled Sobol' points, fixed;
+       :func:`numpyro_gmm._kernels.init_fits.newton_refine`). Adam moves
        a mean about ``init_fit_lr`` per step, so without it a posterior mode far from every
        starting point (a location under a wide prior such as ``N(0, 1000)``, data on their
        natural scale) is not reached by the fits, and their scores stop telling the modes
@@ -526,7 +527,7 @@ class AutoGaussianMixture(AutoContinuous):
         """:meth:`initial_fits` and the lower Cholesky factors ``(K, d, d)`` of the chosen
         fits' Laplace covariances (inverse Hessians) from the Newton refinement (NaN where
         the Hessian is not positive definite; ``None`` where the refinement did not run)."""
-        start_key, fit_key, newton_key = jax.random.split(rng_key, 3)
+        start_key, fit_key = jax.random.split(rng_key)
         starts = self.starting_points(start_key)
         locs, scales, scores = fit_diagonal_gaussians(
             self._latent_potential, starts, jnp.log(self._init_scale), fit_key,
@@ -535,7 +536,7 @@ class AutoGaussianMixture(AutoContinuous):
         laplace = None
         if self.init_newton_steps and self.latent_dim <= NEWTON_MAX_DIM:
             locs, scales, scores, laplace = newton_refine(
-                self._latent_potential, locs, scales, newton_key,
+                self._latent_potential, locs, scales,
                 num_steps=self.init_newton_steps, num_draws=NEWTON_SCORE_DRAWS,
             )
         chosen = choose_separated(locs, scales, scores, self.num_components, self.init_tolerance)

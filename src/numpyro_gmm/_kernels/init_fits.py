@@ -68,17 +68,25 @@ with ``t`` the largest of ``1, 1/2, ..., 1/32`` that does not increase ``U`` (no
 Gaussian part of the posterior is solved exactly in one step, whatever its location and
 scale (Nocedal and Wright, *Numerical optimization*, 2006, ch. 3). Then each fit's standard
 deviations become :math:`1 / \sqrt{H_{ii}}` (the mean-field optimum for a Gaussian target;
-kept from the fit where ``H`` is not positive definite) and every fit is scored again, on
-draws common to all fits, by its ELBO estimate.
+kept from the fit where ``H`` is not positive definite) and every fit is scored again by its
+ELBO estimate on the same ``n`` quasi-random standard normal points
+:math:`\varepsilon_i = \Phi^{-1}(u_i)`, ``u_i`` the first ``n`` scrambled Sobol' points
+(:func:`score_points`; common to all fits, and fixed: a deterministic rule, whose points are
+constants of the program rather than draws of a random-number generator).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax, random
+from scipy.special import ndtri
 
 from .gaussian import cholesky_of_inverse
+from .mixing import sobol_points
 
 Array = jnp.ndarray
 
@@ -141,12 +149,22 @@ def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array
 NEWTON_STEP_LENGTHS = tuple(0.5**i for i in range(6))
 
 
-def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: int, num_draws: int):
+@lru_cache(maxsize=16)
+def score_points(num_points: int, d: int) -> np.ndarray:
+    """``(n, d)`` float64 standard normal quasi-random points ``Phi^-1(u_i)`` of the first
+    ``n`` (a power of 2) scrambled Sobol' points ``u_i`` (:func:`~numpyro_gmm._kernels.mixing.sobol_points`,
+    clipped to ``[2^-24, 1 - 2^-24]``); read-only."""
+    eps = ndtri(np.clip(sobol_points(num_points, d), 2.0**-24, 1.0 - 2.0**-24))
+    eps.setflags(write=False)
+    return eps
+
+
+def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, num_draws: int):
     """Damped Newton refinement of ``M`` fits, their new scales and scores (module docstring).
 
     :param potential_fn: ``(d,) -> ()``, minus the log joint density.
     :param locs: ``(M, d)`` means; :param scales: ``(M, d)`` standard deviations of the fits.
-    :param key: PRNG key of the ``num_draws`` standard-normal draws shared by every fit's score.
+    :param num_draws: the scores' points (:func:`score_points`; a power of 2).
     :param num_steps: Newton iterations (each ``d`` Hessian-vector products and a ``d x d``
         Cholesky factorisation per fit).
     :return: ``(locs (M, d), scales (M, d), scores (M,), factors (M, d, d))``, the last the
@@ -200,7 +218,7 @@ def newton_refine(potential_fn, locs: Array, scales: Array, key, *, num_steps: i
 
     locs, diag, factors, ok = jax.vmap(refine)(locs)
     scales = jnp.where(ok[:, None], lax.rsqrt(jnp.where(ok[:, None], diag, 1.0)), scales)
-    eps = random.normal(key, (num_draws, d), dtype)
+    eps = jnp.asarray(score_points(num_draws, d), dtype)
 
     def score(m, s):
         u = jax.vmap(potential_fn)(m + s * eps)
