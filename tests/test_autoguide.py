@@ -259,10 +259,11 @@ def test_bad_quantiles_raise():
 
 
 def test_step_scaled_cholesky_transform_round_trip_support_and_jacobian():
-    """The ``scale_tril`` parameter's transform (``tril_step_scale``): NumPyro's
-    ``ScaledUnitLowerCholeskyTransform`` of ``(scale * u_offdiag, u_diag)``. Its inverse,
-    codomain and log-Jacobian against the unscaled NumPyro transform applied by hand and
-    against ``jax.jacobian`` of the map from the vector to the triangle's entries."""
+    """The ``scale_tril`` parameter's transform (``tril_step_scale``) of a real matrix ``U``:
+    NumPyro's ``ScaledUnitLowerCholeskyTransform`` of the packed vector ``(scale *
+    U_offdiag, diag(U))`` (applied by hand). The upper triangle of ``U`` is not read (no
+    gradient reaches it) and the inverse leaves zeros there; the log-Jacobian against
+    ``jax.jacobian`` of the map between the lower triangles' entries."""
     from numpyro.distributions.transforms import ScaledUnitLowerCholeskyTransform, biject_to
 
     from numpyro_gmm.autoguide import _StepScaledUnitLowerCholesky
@@ -270,16 +271,20 @@ def test_step_scaled_cholesky_transform_round_trip_support_and_jacobian():
     n, scale = 3, 0.25
     constraint = _StepScaledUnitLowerCholesky(scale)
     t = biject_to(constraint)
-    x = jnp.asarray(np.random.default_rng(0).standard_normal(n * (n + 1) // 2), fdtype())
-    y = t(x)
-    # by hand: the off-diagonal part (the first n (n - 1) / 2 entries) scaled, then NumPyro's
-    by_hand = ScaledUnitLowerCholeskyTransform()(x.at[: n * (n - 1) // 2].multiply(scale))
-    np.testing.assert_allclose(y, by_hand, rtol=1e-6)
+    rng = np.random.default_rng(0)
+    u = jnp.asarray(np.tril(rng.standard_normal((n, n))), fdtype())
+    y = t(u)
+    off, rows, cols = np.tril_indices(n, -1), *np.tril_indices(n)
+    packed = jnp.concatenate([scale * u[off], jnp.diagonal(u)])  # NumPyro's order: strict lower, then diagonal
+    np.testing.assert_allclose(y, ScaledUnitLowerCholeskyTransform()(packed), rtol=1e-6)
     assert bool(constraint(y)) and bool(constraints.scaled_unit_lower_cholesky(y))
-    np.testing.assert_allclose(t.inv(y), x, rtol=1e-5, atol=1e-6)
-    rows, cols = np.tril_indices(n)
-    jac = jax.jacobian(lambda v: t(v)[rows, cols])(x)
-    np.testing.assert_allclose(t.log_abs_det_jacobian(x, y), np.linalg.slogdet(np.asarray(jac, np.float64))[1],
+    np.testing.assert_allclose(t.inv(y), u, rtol=1e-5, atol=1e-6)
+    garbage = jnp.asarray(np.triu(rng.standard_normal((n, n)), 1), fdtype())
+    np.testing.assert_array_equal(t(u + garbage), y)
+    grad = jax.grad(lambda v: jnp.sum(jnp.sin(t(v))))(u + garbage)
+    assert np.all(np.asarray(grad)[np.triu_indices(n, 1)] == 0.0)
+    jac = jax.jacobian(lambda v: t(jnp.zeros((n, n), v.dtype).at[rows, cols].set(v))[rows, cols])(u[rows, cols])
+    np.testing.assert_allclose(t.log_abs_det_jacobian(u, y), np.linalg.slogdet(np.asarray(jac, np.float64))[1],
                                rtol=1e-5)
     assert t.codomain == constraint and biject_to(_StepScaledUnitLowerCholesky(0.5)) != t
 
