@@ -13,7 +13,7 @@ from jax import lax
 from jax.scipy.special import ndtr
 from numpyro import handlers
 from numpyro.distributions import constraints
-from numpyro.distributions.transforms import AffineTransform, Transform, biject_to
+from numpyro.distributions.transforms import AffineTransform, SoftplusTransform, Transform, biject_to
 from numpyro.infer.autoguide import AutoContinuous
 from numpyro.infer.initialization import init_to_sample, init_to_uniform
 from numpyro.util import not_jax_tracer
@@ -129,8 +129,7 @@ class _StepScaledUnitLowerCholeskyTransform(_StepScaled, Transform):
     def _inverse(self, y):
         eye = jnp.eye(y.shape[-1], dtype=y.dtype)
         diag = jnp.diagonal(y, axis1=-2, axis2=-1)
-        softplus_inv = jnp.log(-jnp.expm1(-diag)) + diag
-        return jnp.tril(y / diag[..., None], -1) / self.scale + eye * softplus_inv[..., None]
+        return jnp.tril(y / diag[..., None], -1) / self.scale + eye * SoftplusTransform().inv(diag)[..., None]
 
     def log_abs_det_jacobian(self, x, y, intermediates=None):
         """Of the map from the lower triangle of ``x`` (the entries it reads) to that of ``y``:

@@ -201,9 +201,8 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
         m = jnp.where(better[first], trial[first], m)
         u = jnp.where(better[first], u_trial[first], u)
         g, h, factor, ok = curvature(m)
-        # H^-1 g = S S^T g; zero where H is not PD or g not finite
-        safe = jnp.where(ok, factor, 0.0)
-        step = jnp.where(ok & jnp.all(jnp.isfinite(g)), -(safe @ (safe.T @ g)), 0.0)
+        # H^-1 g = S S^T g; zero where H is not PD (S NaN) or g not finite
+        step = jnp.where(ok & jnp.all(jnp.isfinite(g)), -(factor @ (factor.T @ g)), 0.0)
         return m, u, step, jnp.diagonal(h), factor, ok
 
     def refine(m):
