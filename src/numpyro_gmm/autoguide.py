@@ -18,6 +18,7 @@ from numpyro.infer.autoguide import AutoContinuous
 from numpyro.infer.initialization import init_to_sample, init_to_uniform
 from numpyro.util import not_jax_tracer
 
+from ._kernels import prng
 from ._kernels.init_fits import (
     choose_separated,
     fit_diagonal_gaussians,
@@ -516,7 +517,7 @@ class AutoGaussianMixture(AutoContinuous):
         M = self.num_init_fits
         dtype = jnp.result_type(self._init_latent)
         n_prior = M // 2
-        keys = jax.random.split(rng_key, n_prior + 1)
+        keys = prng.split(rng_key, n_prior + 1)
         # One draw after the other (lax.map): the same values as a vmap over the keys, and
         # the model's samplers (rejection loops for Gamma, Beta, Dirichlet, LKJ priors)
         # compile unbatched: compilation of these starting points 28-42% shorter, measured on
@@ -525,7 +526,7 @@ class AutoGaussianMixture(AutoContinuous):
         # init_to_uniform's points, uniform in (-2, 2) in unconstrained space, drawn directly:
         # running the model for them (as for the prior draws) costs two jax.random calls per
         # site, and each call site about 40-70 ms of XLA compilation on a CPU
-        uniform = jax.random.uniform(keys[n_prior], (M - 1 - n_prior, self.latent_dim), dtype, -2.0, 2.0)
+        uniform = prng.uniform(keys[n_prior], (M - 1 - n_prior, self.latent_dim), dtype, -2.0, 2.0)
         return jnp.concatenate([self._init_latent[None], prior, uniform]).astype(dtype)
 
     def initial_fits(self, rng_key):
@@ -542,7 +543,7 @@ class AutoGaussianMixture(AutoContinuous):
         """:meth:`initial_fits` and the lower Cholesky factors ``(K, d, d)`` of the chosen
         fits' Laplace covariances (inverse Hessians) from the Newton refinement (NaN where
         the Hessian is not positive definite; ``None`` where the refinement did not run)."""
-        start_key, fit_key = jax.random.split(rng_key)
+        start_key, fit_key = prng.split(rng_key)
         starts = self.starting_points(start_key)
         locs, scales, scores = fit_diagonal_gaussians(
             self._latent_potential, starts, jnp.log(self._init_scale), fit_key,

@@ -42,6 +42,7 @@ from .entropy import (
     mixture_entropy,
 )
 from ._kernels import lowrank as _lowrank
+from ._kernels import prng
 from ._kernels.gaussian import cholesky, precision_of_tril, tril_inverse, tril_log_prob
 from ._validation import check_int, float_dtype
 
@@ -797,7 +798,7 @@ def _batched_entropy(logits, loc, factor, key, dynamic_options, *, method, diag,
     logits = jnp.broadcast_to(logits, batch + (K,)).reshape((n, K))
     loc = jnp.broadcast_to(loc, batch + (K, d)).reshape((n, K, d))
     factor = tuple(jnp.broadcast_to(f, batch + fs).reshape((n,) + fs) for f, fs in zip(factor, fshapes))
-    keys = None if key is None else (key[None] if n == 1 else jax.random.split(key, n))
+    keys = None if key is None else (key[None] if n == 1 else prng.split(key, n))
 
     def one(lg, lc, f, k):
         kw = {**dict(static_options), **dynamic_options}

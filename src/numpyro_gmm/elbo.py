@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax import random
 from numpyro.distributions import Delta, ExpandedDistribution, Independent, MaskedDistribution
 from numpyro.distributions.util import scale_and_mask
 from numpyro.handlers import replay, seed, substitute, trace
@@ -13,6 +12,7 @@ from numpyro.infer.elbo import ELBO
 from numpyro.infer.util import compute_log_probs
 from numpyro.util import _validate_model, check_model_guide_match
 
+from ._kernels import prng
 from ._kernels.gaussian import tril_solve
 from ._validation import check_int
 from .distribution import GaussianMixture
@@ -174,7 +174,7 @@ def draws_and_control_variates(mixture: GaussianMixture, key, common: bool):
     if mixture.is_lowrank:
         w, sd = mixture.cov_factor, jnp.sqrt(mixture.cov_diag)
         r = w.shape[-1]
-        eps = jnp.broadcast_to(random.normal(key, (r + d,) if common else (K, r + d), loc.dtype), (K, r + d))
+        eps = jnp.broadcast_to(prng.normal(key, (r + d,) if common else (K, r + d), loc.dtype), (K, r + d))
         eps_w, eps_d = eps[:, :r], eps[:, r:]
         z = loc + jnp.einsum("kdr,kr->kd", w, eps_w) + sd * eps_d
         v = eps_w - jnp.einsum("kdr,kd->kr", w, eps_d / sd)
@@ -182,7 +182,7 @@ def draws_and_control_variates(mixture: GaussianMixture, key, common: bool):
         sq = jnp.sum(jnp.square(eps_w), -1) + jnp.sum(jnp.square(eps_d), -1) - jnp.sum(jnp.square(u), -1)
         return z, 0.5 * d - 0.5 * sq
     # NumPyro's Normal / MultivariateNormal draw: loc + scale * eps, loc + L eps
-    eps = jnp.broadcast_to(random.normal(key, (d,) if common else (K, d), loc.dtype), (K, d))
+    eps = jnp.broadcast_to(prng.normal(key, (d,) if common else (K, d), loc.dtype), (K, d))
     if mixture.is_diagonal:
         z = loc + mixture.scale * eps
     else:
@@ -416,7 +416,7 @@ class TraceEntropy_ELBO(ELBO):
             return trace(seed(g, guide_key)).get_trace(*args, **kwargs)
 
         def single_particle_elbo(key):
-            model_key, guide_key, eps_key, entropy_key = random.split(key, 4)
+            model_key, guide_key, eps_key, entropy_key = prng.split(key, 4)
             guide_trace = run_guide(guide_key)
             name = _find_mixture_site(guide_trace)
             _check_guide_sites(guide_trace, name)
@@ -441,7 +441,7 @@ class TraceEntropy_ELBO(ELBO):
             # terms of the same expectation, sg(L'_k) (sg: stop-gradient), everything
             # else's from L_k: sum_k sg(w_k) L_k + (w_k - sg(w_k)) sg(L'_k).
             if common == "weights":  # L'_k: the terms on common draws
-                z, control = draws_and_control_variates(mixture, random.fold_in(eps_key, 1), True)
+                z, control = draws_and_control_variates(mixture, prng.fold_in(eps_key, 1), True)
                 for_weights = self._map_components(component_elbo, z)
             else:
                 for_weights = per_component
@@ -463,7 +463,7 @@ class TraceEntropy_ELBO(ELBO):
         if self.num_particles == 1:
             elbo = single_particle_elbo(rng_key)
         else:
-            keys = random.split(rng_key, self.num_particles)
+            keys = prng.split(rng_key, self.num_particles)
             elbo = jnp.mean(self.vectorize_particles_fn(single_particle_elbo, keys))
         return {"loss": -elbo, "mutable_state": None}
 

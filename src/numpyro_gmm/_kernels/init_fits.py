@@ -82,9 +82,10 @@ from functools import lru_cache
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax, random
+from jax import lax
 from scipy.special import ndtri
 
+from . import prng
 from .gaussian import cholesky_of_inverse
 from .mixing import sobol_points
 
@@ -118,7 +119,7 @@ def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array
     def step(state, inputs):
         params, m, v, score_sum, avg = state
         t, step_key = inputs
-        eps = random.normal(step_key, (M, num_particles, d), dtype)
+        eps = prng.normal(step_key, (M, num_particles, d), dtype)
         loss, grads = value_and_grad(params, eps)
         grads = tuple(jnp.where(jnp.isfinite(g), g, 0.0) for g in grads)
         loss = jnp.where(jnp.isfinite(loss), loss, jnp.inf)
@@ -136,7 +137,7 @@ def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array
     params = (init_locs, init_log_scale)
     zeros = (jnp.zeros_like(init_locs), jnp.zeros_like(init_log_scale))
     state = (params, zeros, zeros, jnp.zeros(M, dtype), zeros)
-    inputs = (jnp.arange(num_steps), random.split(key, num_steps))
+    inputs = (jnp.arange(num_steps), prng.split(key, num_steps))
     (_, _, _, score_sum, avg), _ = lax.scan(step, state, inputs)
     count = max(num_steps - half, 1)
     locs, log_scale = (a / count for a in avg)

@@ -95,6 +95,7 @@ from .bounds import (
     rescaled,
     widened,
 )
+from . import prng
 from .gaussian import substitution_pays, tril_inverse, tril_solve_columns
 
 Array = jnp.ndarray
@@ -174,7 +175,7 @@ def shifted_normal_points(key: Array, num_points: int, d: int, dtype) -> Array:
     """``(M, d)`` points :func:`rotated_normal_points` of the first ``M`` Sobol' points with
     one uniform shift ``s ~ U[0, 1)^d`` drawn from ``key``."""
     u = jnp.asarray(sobol_points(num_points, d), dtype)
-    return rotated_normal_points(u, jax.random.uniform(key, (d,), dtype))
+    return rotated_normal_points(u, prng.uniform(key, (d,), dtype))
 
 
 #: Seed of :func:`fixed_shifts` (NumPy's PCG64: the same shifts on every platform and version).

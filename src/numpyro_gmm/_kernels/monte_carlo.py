@@ -64,6 +64,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from . import prng
 from .bounds import dense_tril, log_abs_det
 from .gaussian import tril_inverse
 from .modes import LOG_2PI
@@ -168,7 +169,7 @@ def monte_carlo_entropy(log_weights, locs, scale_tril, scale, *, key, num_sample
 
     # strata: (a, a) is the component N_a (v_aa = 0), (a, b) is N(c_ab, Sigma_a)
     n = max(2, -(-num_samples // (K * K)))
-    z = jax.random.normal(key, (K, K, n, d), dtype=dtype)
+    z = prng.normal(key, (K, K, n, d), dtype)
     x = (cross[:, :, None, :] + jnp.einsum("aij,absj->absi", tril, z)).reshape(K * K * n, d)
 
     u = jnp.einsum("kij,skj->ski", l_inv, x[:, None, :] - locs_c[None, :, :])  # (S, K, d)
