@@ -176,10 +176,57 @@ def _one_program(prop: property) -> property:
     return property(wraps(prop.fget)(lambda self: fn(self)))
 
 
-# NumPyro's log_prob (without its support check, done outside) and sampling, one program per
-# shapes (see GaussianMixture.log_prob).
+# NumPyro's log_prob (without its support check, done outside), one program per shapes (see
+# GaussianMixture.log_prob).
 _mixture_log_prob = jax.jit(MixtureSameFamily.log_prob.__wrapped__)
-_mixture_sample = jax.jit(MixtureSameFamily.sample_with_intermediates, static_argnums=2)
+
+
+@partial(jax.jit, static_argnums=2)
+def _mixture_sample(mixture: GaussianMixture, key: Array, sample_shape: tuple[int, ...]):
+    """``(draws, [indices])`` of ``mixture``: for each draw one component ``k`` (inverse CDF
+    of one uniform) and one draw of ``N(mu_k, Sigma_k)`` from ``d`` standard normals
+    (``r + d`` for low-rank components, as NumPyro's ``LowRankMultivariateNormal``),
+    both from :mod:`numpyro_gmm._kernels.prng`.
+
+    NumPyro's ``MixtureSameFamily.sample`` draws from all ``K`` components (``K d`` normals
+    per draw) and a categorical by Gumbel-max (``K`` uniforms and logarithms), each from a
+    ``jax.random`` call compiled as a rolled loop. Here the component's interval
+    ``[c_{k-1}, c_k)`` of the cumulative weights contains ``u c_K``; the largest ``k`` with
+    a positive weight and ``c_{k-1} <= u c_K`` is taken, so a component of weight exactly 0 is
+    never drawn, even where rounding puts ``u c_K`` at ``c_K``. Full and low-rank
+    components map the draw's normals through every component's factor (``K d^2`` or
+    ``K d r`` operations per draw, as NumPyro's) and keep the chosen one: no ``d x d``
+    matrix is gathered per draw."""
+    shape = tuple(sample_shape) + mixture.batch_shape
+    loc = mixture.loc
+    dtype = loc.dtype
+    d = loc.shape[-1]
+    key_comp, key_ind = prng.split(key)
+    probs = mixture.probs
+    start = jnp.cumsum(probs, -1) - probs  # c_{k-1}
+    u = prng.uniform(key_ind, shape, dtype) * jnp.sum(probs, -1)
+    allowed = (start <= u[..., None]) & (probs > 0)
+    K = probs.shape[-1]
+    index = K - 1 - jnp.argmax(allowed[..., ::-1], axis=-1)
+
+    def chosen(x):  # x: shape + (K, d) -> shape + (d,), component `index`
+        return jnp.take_along_axis(x, index[..., None, None], axis=-2)[..., 0, :]
+
+    if mixture._is_diagonal:
+        eps = prng.normal(key_comp, shape + (d,), dtype)
+        ext = shape + loc.shape[-2:]
+        loc_k = chosen(jnp.broadcast_to(loc, ext))
+        return loc_k + chosen(jnp.broadcast_to(mixture.scale, ext)) * eps, [index]
+    if mixture._is_lowrank:
+        w = mixture.cov_factor
+        r = w.shape[-1]
+        eps = prng.normal(key_comp, shape + (r + d,), dtype)
+        eps_w, eps_d = eps[..., None, :r], eps[..., None, r:]
+        x = loc + jnp.einsum("...kdr,...kr->...kd", w, eps_w) + jnp.sqrt(mixture.cov_diag) * eps_d
+        return chosen(x), [index]
+    eps = prng.normal(key_comp, shape + (d,), dtype)
+    x = loc + jnp.einsum("...kij,...kj->...ki", mixture.scale_tril, eps[..., None, :])
+    return chosen(x), [index]
 
 
 @jax.custom_jvp
@@ -555,8 +602,10 @@ class GaussianMixture(MixtureSameFamily):
         return _mixture_log_prob(self, value)
 
     def sample_with_intermediates(self, key, sample_shape=()) -> tuple[Array, list[Array]]:
-        """Samples and the sampled component indices (NumPyro's
-        ``MixtureSameFamily.sample_with_intermediates``, compiled as one program)."""
+        """Samples, shape ``sample_shape + batch_shape + (d,)``, and the sampled component
+        indices (the contract of NumPyro's ``MixtureSameFamily.sample_with_intermediates``;
+        one component draw per sample, not ``K``: see ``_mixture_sample``), compiled as one
+        program."""
         return _mixture_sample(self, key, tuple(sample_shape))
 
     # ------------------------------------------------------------------ entropy
