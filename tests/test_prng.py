@@ -66,6 +66,27 @@ def test_the_hash_compiles_without_a_loop():
         assert "while" in ref  # the rolled loop this module avoids
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the conditional is used on the CPU only")
+def test_a_draw_is_hashed_once_however_many_kernels_read_it():
+    """A normal draw read by two fused kernels (two Adam-like updates of a ``(K, d, r)``
+    product, as a low-rank factor's gradient): the hash is compiled once. Counted by its key
+    schedule's parity constant 0x1BD11BDA in the compiled program; the draw without
+    ``computed_once`` has one copy per kernel."""
+
+    def updates(draw):
+        def f(key, m, v, y):
+            g = jnp.einsum("kd,kr->kdr", draw(key), y)
+            return 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        return f
+
+    args = (jax.random.key(0), jnp.zeros((4, 1000, 4)), jnp.zeros((4, 1000, 4)), jnp.ones((4, 4)))
+    ours = updates(lambda k: prng.normal(k, (4, 1000), jnp.float32))
+    plain = updates(lambda k: prng._normal(jax.random.key_data(k), (4, 1000), jnp.dtype(jnp.float32)))
+    count = lambda f: jax.jit(f).lower(*args).compile().as_text().count("constant(466688986)")  # noqa: E731
+    assert count(ours) == 1
+    assert count(plain) >= 2  # the copies this avoids
+
+
 def test_other_generators_are_handed_to_jax_random():
     key = jax.random.key(3, impl="rbg")
     np.testing.assert_array_equal(np.asarray(prng.normal(key, (5,))), np.asarray(jax.random.normal(key, (5,))))

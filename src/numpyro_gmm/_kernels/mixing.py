@@ -96,6 +96,7 @@ from .bounds import (
     widened,
 )
 from . import prng
+from .fusion import computed_once
 from .gaussian import substitution_pays, tril_inverse, tril_solve_columns
 
 Array = jnp.ndarray
@@ -142,20 +143,14 @@ def rotated_normal_points(u: Array, shift: Array) -> Array:
     ``[2^-24, 1 - 2^-24]`` before the quantile (``Phi^{-1}(0) = -inf``): a bias below the
     mass ``2^-23`` the clipping moves.
 
-    Computed once: the points feed several fused kernels (the products of the rule and, in
-    the gradient, those of the factors), and XLA's CPU compiler copied the shift, ``floor``
-    and quantile into each consumer fusion (compiled value and gradient: 6-8 copies in the
-    low-rank rule with a key, also under a ``vmap`` over keys, 4 with the fixed rule's
-    components all at once, 8 visiting one component at a time), which cost about 1 ms of the
-    3 ms CPU of the low-rank rule's value and gradient at ``d = 1000``, ``K = 4``, ``M = 16``,
-    the points alone 0.3 ms. It also drops ``lax.optimization_barrier`` before fusing. A
-    conditional is a boundary no fusion crosses, so the points are computed in one: its
-    predicate is ``True`` behind an optimisation barrier (which XLA keeps until the
-    conditionals are simplified, so the conditional stays; it depends on no argument, so under
-    a ``vmap`` it stays a conditional rather than a select), and its other branch, NaN points,
-    is never taken (``tests/test_mixing.py::test_points_are_computed_once_per_pass``). Only
-    on the CPU (``lax.platform_dependent``): on a GPU a conditional may wait for its
-    predicate on the host, so there the points are computed as before."""
+    Computed once (:func:`~numpyro_gmm._kernels.fusion.computed_once`): the points feed
+    several fused kernels (the products of the rule and, in the gradient, those of the
+    factors), into each of which XLA's CPU compiler copied the shift, ``floor`` and quantile
+    (compiled value and gradient: 6-8 copies in the low-rank rule with a key, also under a
+    ``vmap`` over keys, 4 with the fixed rule's components all at once, 8 visiting one
+    component at a time), which cost about 1 ms of the 3 ms CPU of the low-rank rule's value
+    and gradient at ``d = 1000``, ``K = 4``, ``M = 16``, the points alone 0.3 ms
+    (``tests/test_mixing.py::test_points_are_computed_once_per_pass``)."""
 
     def quantile(shift):
         v = u + shift[..., None, :]
@@ -163,12 +158,7 @@ def rotated_normal_points(u: Array, shift: Array) -> Array:
         eps = 2.0**-24
         return jax.scipy.special.ndtri(jnp.clip(v, eps, 1.0 - eps))
 
-    def once(shift):
-        shape = jnp.broadcast_shapes(jnp.shape(shift)[:-1] + (1, 1), jnp.shape(u))
-        always = lax.optimization_barrier(jnp.array(True))
-        return lax.cond(always, quantile, lambda s: jnp.full(shape, jnp.nan, u.dtype), shift)
-
-    return lax.platform_dependent(shift, cpu=once, default=quantile)
+    return computed_once(quantile, shift)
 
 
 def shifted_normal_points(key: Array, num_points: int, d: int, dtype) -> Array:

@@ -33,11 +33,14 @@ A uniform float has its mantissa from the top bits of the random word and the ex
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+
+from .fusion import computed_once
 
 __all__ = ["fold_in", "normal", "split", "threefry2x32", "uniform"]
 
@@ -65,53 +68,64 @@ def threefry2x32(k0: Array, k1: Array, x0: Array, x1: Array) -> tuple[Array, Arr
 
 
 def _key_words(key: Array, size: int = 1):
-    """``(k0, k1, wrap)`` of a threefry key that this module reproduces (``wrap`` turns
-    ``(..., 2)`` words back into a key of the same kind), else ``None``."""
+    """``(words, wrap)`` of a threefry key that this module reproduces: its ``uint32[2]``
+    data, and a function that turns ``(..., 2)`` words back into keys of the same kind (typed
+    or raw); else ``None``."""
     if not jax.config.jax_threefry_partitionable or size >= 2**32:
         return None  # (JAX's counters are then 64-bit: not reproduced here)
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != () or jax.random.key_impl(key) != "threefry2x32":
             return None
-        data = jax.random.key_data(key)
         wrap = lambda words: jax.random.wrap_key_data(words, impl="threefry2x32")  # noqa: E731
-    else:
-        data = jnp.asarray(key)
-        if data.dtype != jnp.uint32 or data.shape != (2,) or jax.config.jax_default_prng_impl != "threefry2x32":
-            return None
-        wrap = lambda words: words  # noqa: E731
-    return data[..., 0], data[..., 1], wrap
+        return jax.random.key_data(key), wrap
+    data = jnp.asarray(key)
+    if data.dtype != jnp.uint32 or data.shape != (2,) or jax.config.jax_default_prng_impl != "threefry2x32":
+        return None
+    return data, lambda words: words
 
 
-def _hash_counters(words, shape) -> tuple[Array, Array]:
-    k0, k1, _ = words
+def _hash_counters(words: Array, shape) -> tuple[Array, Array]:
+    """The hash of the counters ``(0, i)``, ``i = 0..prod(shape) - 1`` in row-major order."""
     counters = lax.iota(np.uint32, math.prod(shape)).reshape(shape)
-    return threefry2x32(k0, k1, jnp.zeros_like(counters), counters)
+    return threefry2x32(words[0], words[1], jnp.zeros_like(counters), counters)
+
+
+# The uniform and normal draws are computed once (fusion.computed_once): unrolled, the hash
+# is elementwise, and XLA's CPU compiler copied it (with the inverse error function of a
+# normal draw) into every fused kernel that reads the draw, e.g. into both Adam updates of a
+# low-rank factor's gradient, once per column of the (K, d, r) output: 2 x 0.5 ms per SVI
+# step at d = 1000 (JAX's rolled loop was a boundary of its own). Keys (split, fold_in) are
+# a few words read by the draws' conditionals: no copy worth a conditional. The draws are
+# jitted functions of static shapes, so that their 200-odd operations are traced once per
+# shape, not at every call site and again for each branch of computed_once.
+
+
+@partial(jax.jit, static_argnums=1)
+def _split_words(words: Array, num: int) -> Array:
+    return jnp.stack(_hash_counters(words, (num,)), axis=-1)
+
+
+@jax.jit
+def _fold_in_words(words: Array, data: Array) -> Array:
+    return jnp.stack(threefry2x32(words[0], words[1], np.uint32(0), data), axis=-1)
 
 
 def split(key: Array, num: int = 2) -> Array:
     """``jax.random.split(key, num)``."""
-    words = _key_words(key, num)
-    if words is None:
+    found = _key_words(key, num)
+    if found is None:
         return jax.random.split(key, num)
-    b0, b1 = _hash_counters(words, (num,))
-    return words[2](jnp.stack([b0, b1], axis=-1))
+    words, wrap = found
+    return wrap(_split_words(words, num))
 
 
 def fold_in(key: Array, data: int) -> Array:
     """``jax.random.fold_in(key, data)`` (``data`` a Python or array integer below 2^32)."""
-    words = _key_words(key)
-    if words is None:
+    found = _key_words(key)
+    if found is None:
         return jax.random.fold_in(key, data)
-    k0, k1, wrap = words
-    b0, b1 = threefry2x32(k0, k1, np.uint32(0), jnp.asarray(data, jnp.uint32))
-    return wrap(jnp.stack([b0, b1], axis=-1))
-
-
-def _bits(words, shape, nbits: int) -> Array:
-    b0, b1 = _hash_counters(words, shape)
-    if nbits == 32:
-        return b0 ^ b1
-    return lax.shift_left(b0.astype(jnp.uint64), np.uint64(32)) | b1.astype(jnp.uint64)
+    words, wrap = found
+    return wrap(_fold_in_words(words, jnp.asarray(data, jnp.uint32)))
 
 
 def _float_dtype(dtype):
@@ -119,31 +133,55 @@ def _float_dtype(dtype):
     return jnp.dtype(jnp.result_type(float) if dtype is None else dtype)
 
 
-def uniform(key: Array, shape: tuple[int, ...], dtype=None, minval=0.0, maxval=1.0) -> Array:
-    """``jax.random.uniform(key, shape, dtype, minval, maxval)`` (float32 or float64)."""
-    dtype = _float_dtype(dtype)
-    shape = tuple(shape)
-    words = _key_words(key, math.prod(shape))
-    if words is None or dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
-        return jax.random.uniform(key, shape, dtype, minval, maxval)
+@partial(jax.jit, static_argnums=(1, 2))
+def _uniform(words: Array, shape, dtype, minval: Array, maxval: Array) -> Array:
     finfo = jnp.finfo(dtype)
     nbits, nmant = finfo.bits, finfo.nmant
-    uint = jnp.uint32 if nbits == 32 else jnp.uint64
-    minval = lax.broadcast_to_rank(lax.convert_element_type(minval, dtype), len(shape))
-    maxval = lax.broadcast_to_rank(lax.convert_element_type(maxval, dtype), len(shape))
-    bits = _bits(words, shape, nbits)
+    b0, b1 = _hash_counters(words, shape)
+    if nbits == 32:
+        bits, uint = b0 ^ b1, jnp.uint32
+    else:
+        bits, uint = lax.shift_left(b0.astype(jnp.uint64), np.uint64(32)) | b1.astype(jnp.uint64), jnp.uint64
     # the random mantissa under the exponent of 1.0: a float in [1, 2)
     one = np.array(1.0, dtype).view(uint)
     floats = lax.bitcast_convert_type(lax.shift_right_logical(bits, uint(nbits - nmant)) | one, dtype)
     floats = floats - jnp.array(1.0, dtype)
+    minval = lax.broadcast_to_rank(minval, len(shape))
+    maxval = lax.broadcast_to_rank(maxval, len(shape))
     return lax.max(minval, floats * (maxval - minval) + minval)
+
+
+@partial(jax.jit, static_argnums=(1, 2))
+def _normal(words: Array, shape, dtype) -> Array:
+    lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype), dtype=dtype)
+    u = _uniform(words, shape, dtype, jnp.asarray(lo), jnp.asarray(1.0, dtype))
+    return lax.mul(np.array(np.sqrt(2), dtype), lax.erf_inv(u))
+
+
+def _reproduced(key, shape, dtype):
+    """``(words, shape, dtype)`` where this module reproduces the draw, else ``None``."""
+    dtype = _float_dtype(dtype)
+    shape = tuple(shape)
+    found = _key_words(key, math.prod(shape))
+    if found is None or dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        return None
+    return found[0], shape, dtype
+
+
+def uniform(key: Array, shape: tuple[int, ...], dtype=None, minval=0.0, maxval=1.0) -> Array:
+    """``jax.random.uniform(key, shape, dtype, minval, maxval)`` (float32 or float64)."""
+    found = _reproduced(key, shape, dtype)
+    if found is None:
+        return jax.random.uniform(key, shape, _float_dtype(dtype), minval, maxval)
+    words, shape, dtype = found
+    minval, maxval = (lax.convert_element_type(v, dtype) for v in (minval, maxval))
+    return computed_once(lambda w, lo, hi: _uniform(w, shape, dtype, lo, hi), words, minval, maxval)
 
 
 def normal(key: Array, shape: tuple[int, ...], dtype=None) -> Array:
     """``jax.random.normal(key, shape, dtype)`` (float32 or float64)."""
-    dtype = _float_dtype(dtype)
-    if _key_words(key, math.prod(shape)) is None or dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
-        return jax.random.normal(key, shape, dtype)
-    lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype), dtype=dtype)
-    u = uniform(key, shape, dtype, lo, np.array(1.0, dtype))
-    return lax.mul(np.array(np.sqrt(2), dtype), lax.erf_inv(u))
+    found = _reproduced(key, shape, dtype)
+    if found is None:
+        return jax.random.normal(key, shape, _float_dtype(dtype))
+    words, shape, dtype = found
+    return computed_once(lambda w: _normal(w, shape, dtype), words)
