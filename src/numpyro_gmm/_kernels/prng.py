@@ -74,7 +74,7 @@ def _key_words(key: Array, size: int = 1):
     if not jax.config.jax_threefry_partitionable or size >= 2**32:
         return None  # (JAX's counters are then 64-bit: not reproduced here)
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.shape != () or jax.random.key_impl(key) != "threefry2x32":
+        if key.shape != () or str(jax.random.key_impl(key)) != "threefry2x32":
             return None
         wrap = lambda words: jax.random.wrap_key_data(words, impl="threefry2x32")  # noqa: E731
         return jax.random.key_data(key), wrap
