@@ -193,10 +193,10 @@ def _mixture_sample(mixture: GaussianMixture, key: Array, sample_shape: tuple[in
     ``jax.random`` call compiled as a rolled loop. Here the component's interval
     ``[c_{k-1}, c_k)`` of the cumulative weights contains ``u c_K``; the largest ``k`` with
     a positive weight and ``c_{k-1} <= u c_K`` is taken, so a component of weight exactly 0 is
-    never drawn, even where rounding puts ``u c_K`` at ``c_K``. Full and low-rank
-    components map the draw's normals through every component's factor (``K d^2`` or
-    ``K d r`` operations per draw, as NumPyro's) and keep the chosen one: no ``d x d``
-    matrix is gathered per draw."""
+    never drawn, even where rounding puts ``u c_K`` at ``c_K``. The draw's normals go
+    through every component's factor (``GaussianMixture._component_draws``: ``K d^2``,
+    ``K d r`` or ``K d`` operations per draw, as NumPyro's) and the chosen component's
+    result is kept: no ``d x d`` matrix is gathered per draw."""
     shape = tuple(sample_shape) + mixture.batch_shape
     loc = mixture.loc
     dtype = loc.dtype
@@ -208,25 +208,10 @@ def _mixture_sample(mixture: GaussianMixture, key: Array, sample_shape: tuple[in
     allowed = (start <= u[..., None]) & (probs > 0)
     K = probs.shape[-1]
     index = K - 1 - jnp.argmax(allowed[..., ::-1], axis=-1)
-
-    def chosen(x):  # x: shape + (K, d) -> shape + (d,), component `index`
-        return jnp.take_along_axis(x, index[..., None, None], axis=-2)[..., 0, :]
-
-    if mixture._is_diagonal:
-        eps = prng.normal(key_comp, shape + (d,), dtype)
-        ext = shape + loc.shape[-2:]
-        loc_k = chosen(jnp.broadcast_to(loc, ext))
-        return loc_k + chosen(jnp.broadcast_to(mixture.scale, ext)) * eps, [index]
-    if mixture._is_lowrank:
-        w = mixture.cov_factor
-        r = w.shape[-1]
-        eps = prng.normal(key_comp, shape + (r + d,), dtype)
-        eps_w, eps_d = eps[..., None, :r], eps[..., None, r:]
-        x = loc + jnp.einsum("...kdr,...kr->...kd", w, eps_w) + jnp.sqrt(mixture.cov_diag) * eps_d
-        return chosen(x), [index]
-    eps = prng.normal(key_comp, shape + (d,), dtype)
-    x = loc + jnp.einsum("...kij,...kj->...ki", mixture.scale_tril, eps[..., None, :])
-    return chosen(x), [index]
+    noise = d + (mixture.cov_factor.shape[-1] if mixture._is_lowrank else 0)
+    eps = prng.normal(key_comp, shape + (noise,), dtype)
+    x = mixture._component_draws(eps[..., None, :])  # shape + (K, d)
+    return jnp.take_along_axis(x, index[..., None, None], axis=-2)[..., 0, :], [index]
 
 
 @jax.custom_jvp
@@ -549,6 +534,20 @@ class GaussianMixture(MixtureSameFamily):
     @property
     def is_diagonal(self) -> bool:
         return self._is_diagonal
+
+    def _component_draws(self, eps: Array) -> Array:
+        """``mu_k + A_k eps_k`` for every component ``k``, ``(..., K, d)``, from standard
+        normal ``eps`` of shape ``(..., K or 1, n)``: NumPyro's draws of each family, ``n = d``
+        (``scale * eps`` diagonal, ``L eps`` full) or ``n = r + d`` low rank
+        (``W eps[:r] + sqrt(D) * eps[r:]``)."""
+        loc = self.loc
+        if self._is_lowrank:
+            r = self.cov_factor.shape[-1]
+            w_eps = jnp.einsum("...kdr,...kr->...kd", self.cov_factor, eps[..., :r])
+            return loc + w_eps + jnp.sqrt(self.cov_diag) * eps[..., r:]
+        if self._is_diagonal:
+            return loc + self.scale * eps
+        return loc + jnp.einsum("...kij,...kj->...ki", self.scale_tril, eps)
 
     @property
     def is_lowrank(self) -> bool:

@@ -176,18 +176,13 @@ def draws_and_control_variates(mixture: GaussianMixture, key, common: bool):
         r = w.shape[-1]
         eps = jnp.broadcast_to(prng.normal(key, (r + d,) if common else (K, r + d), loc.dtype), (K, r + d))
         eps_w, eps_d = eps[:, :r], eps[:, r:]
-        z = loc + jnp.einsum("kdr,kr->kd", w, eps_w) + sd * eps_d
+        z = mixture._component_draws(eps)
         v = eps_w - jnp.einsum("kdr,kd->kr", w, eps_d / sd)
         u = tril_solve(mixture.component_distribution._capacitance_tril, v)  # C = L L^T: v^T C^-1 v = |L^-1 v|^2
         sq = jnp.sum(jnp.square(eps_w), -1) + jnp.sum(jnp.square(eps_d), -1) - jnp.sum(jnp.square(u), -1)
         return z, 0.5 * d - 0.5 * sq
-    # NumPyro's Normal / MultivariateNormal draw: loc + scale * eps, loc + L eps
     eps = jnp.broadcast_to(prng.normal(key, (d,) if common else (K, d), loc.dtype), (K, d))
-    if mixture.is_diagonal:
-        z = loc + mixture.scale * eps
-    else:
-        z = loc + jnp.einsum("kab,kb->ka", mixture.scale_tril, eps)
-    return z, jnp.broadcast_to(0.5 * d - 0.5 * jnp.sum(jnp.square(eps), -1), (K,))
+    return mixture._component_draws(eps), jnp.broadcast_to(0.5 * d - 0.5 * jnp.sum(jnp.square(eps), -1), (K,))
 
 
 def _guide_entropy_terms(guide_trace, skip=None):

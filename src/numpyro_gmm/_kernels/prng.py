@@ -8,7 +8,7 @@ in ``jax/_src/random/threefry2x32.py``), to keep programs small. But each loop i
 control-flow region of its own that XLA's CPU compiler neither fuses with its inputs and
 outputs nor compiles cheaply: one ``jax.random.normal(key, (16, 50))`` call site costs
 0.45-0.5 s of compilation on a 2-core CPU (0.95 s under a ``vmap`` over keys) and runs in
-64-83 us; unrolled, the hash is one elementwise fusion with its consumers: 0.22-0.26 s of
+64-83 us; unrolled, the hash is one elementwise kernel: 0.22-0.26 s of
 compilation (vmapped too) and 36 us (measured with the lowering swapped; the values are
 identical). AutoGaussianMixture's programs draw at a dozen sites (starting points, the
 initial fits' steps, the ELBO's component draws and entropy shifts, the sampler).
