@@ -5,7 +5,8 @@ derivatives ``d(L^-1) = -L^-1 dL L^-1`` and ``dL = L Phi(L^-1 dA L^-T)``.
 The dimensions cover every code path. ``tril_inverse``: the static substitution (``d <= 6``),
 the doubling from ``1 x 1`` blocks on one base block (``d = 7, 13``: padded to 8 and 16 rows),
 the recursive doubling with padding to a power-of-two number of blocks (``d = 17``: 2 blocks
-of 9 rows; ``d = 100``: 8 blocks of 13) and without (``d = 40``: 4 blocks of 10).
+of 9 rows; ``d = 100``: 8 blocks of 13, sliced; ``d = 150``: 16 blocks of 10, gathered) and
+without (``d = 40``: 4 blocks of 10); its ``1 x 1`` to ``4 x 4`` levels multiply elementwise.
 ``cholesky``: the static columns (``d <= 6``), the column loop (``d = 7, 13``) and the blocked
 left-looking loop over 16-column blocks, with padding (``d = 17, 40, 100``).
 ``tril_solve_columns`` (blocked substitution, 16-row blocks), unrolled: exactly two blocks
@@ -23,7 +24,7 @@ import pytest
 from conftest import X64, ftype
 from numpyro_gmm._kernels.gaussian import cholesky, cholesky_of_inverse, tril_inverse, tril_solve, tril_solve_columns
 
-DIMS = [1, 3, 6, 7, 13, 17, 40, 100]
+DIMS = [1, 3, 6, 7, 13, 17, 40, 100, 150]
 # float32: the errors relative to |L^-1| stay within a few hundred ulps at condition number
 # 1e4 (measured 2-3e-7 at d = 100 and 300); float64 to round-off.
 RTOL = 1e-12 if X64 else 1e-5
