@@ -81,6 +81,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from scipy.special import ndtri
 from scipy.stats import qmc
 
 from .bounds import (
@@ -183,13 +184,35 @@ def fixed_shifts(num_components: int, d: int) -> np.ndarray:
     return s
 
 
+#: Largest ``K M d`` for which the fixed rule's points are constants of the program
+#: (:func:`fixed_normal_points`, 4 MiB in float32); beyond, they are computed as it runs.
+FIXED_POINTS_CONSTANT_MAX = 1 << 20
+
+
+@lru_cache(maxsize=8)
+def fixed_normal_points(num_points: int, num_components: int, d: int) -> np.ndarray:
+    """``(K, M, d)`` float64: the fixed rule's points, component ``k``'s
+    :func:`rotated_normal_points` of the first ``M`` Sobol' points shifted by
+    ``fixed_shifts[k]``, computed once in NumPy (SciPy's normal quantile, float64); read-only.
+    They depend on no parameter, so where they are few enough
+    (:data:`FIXED_POINTS_CONSTANT_MAX`) the program holds them as a constant instead of
+    computing ``K M d`` quantiles at every call: 0.27-0.29 ms of the default entropy's 0.83 ms
+    (value) and 1.3 ms (value and gradient) at ``K = 8``, diagonal ``d = 10`` (CPU profile)."""
+    v = sobol_points(num_points, d)[None] + fixed_shifts(num_components, d)[:, None]
+    z = ndtri(np.clip(v - np.floor(v), 2.0**-24, 1.0 - 2.0**-24))
+    z.setflags(write=False)
+    return z
+
+
 def component_points(key: Array | None, num_points: int, num_components: int, d: int, dtype):
     r"""``(points, shifts)``: component ``i`` of the mixing rule integrates over the ``(M, d)``
     normal points ``points(shifts[i])`` (``points`` also maps ``(K, d)`` shifts to
     ``(K, M, d)`` points, or, with a key, to the one shared ``(M, d)`` set).
 
     * ``key=None`` (the fixed rule): the first ``M`` Sobol' points with a fixed shift per
-      component (:func:`fixed_shifts`, :func:`rotated_normal_points`), so that the
+      component (:func:`fixed_shifts`, :func:`rotated_normal_points`; constants of the
+      program up to :data:`FIXED_POINTS_CONSTANT_MAX` numbers, :func:`fixed_normal_points`,
+      and then ``points`` is the identity on them), so that the
       components' integration errors are independent draws of a randomised QMC rule's error
       and average out in ``sum_i w_i (...)`` instead of adding up. With one point set for all
       components (before), components that overlap have nearly the same integrand and so
@@ -205,6 +228,9 @@ def component_points(key: Array | None, num_points: int, num_components: int, d:
       with them, docs/performance.md); ``shifts`` is then ``(K, 0)``.
     """
     if key is None:
+        if num_components * num_points * d <= FIXED_POINTS_CONSTANT_MAX:
+            # the points themselves as the "shifts" (component i's set is row i)
+            return (lambda z: z), jnp.asarray(fixed_normal_points(num_points, num_components, d), dtype)
         u = jnp.asarray(sobol_points(num_points, d), dtype)
         return (lambda s: rotated_normal_points(u, s)), jnp.asarray(fixed_shifts(num_components, d), dtype)
     z = lax.stop_gradient(shifted_normal_points(key, num_points, d, dtype))
