@@ -241,6 +241,30 @@ def test_fixed_points_are_deterministic_standard_normal_and_per_component():
     np.testing.assert_array_equal(fixed_shifts(2, 5), fixed_shifts(3, 5)[:2])
 
 
+def test_fixed_points_held_as_constants_equal_the_computed_ones(monkeypatch):
+    """Up to ``FIXED_POINTS_CONSTANT_MAX`` numbers the fixed rule's points are SciPy's
+    quantiles computed once (float64, then rounded); beyond, JAX computes them as the program
+    runs. Both are the same points: JAX's quantile of the float-rounded shifted Sobol' points
+    against SciPy's (an independent implementation), within float32 rounding; and the default
+    entropy is the same by either path."""
+    f = ftype()
+    K, M, d = 3, 64, 5
+    points, shifts = component_points(None, M, K, d, f)
+    held = np.asarray(points(shifts), float)
+    monkeypatch.setattr(mixing_kernel, "FIXED_POINTS_CONSTANT_MAX", 0)
+    points, shifts = component_points(None, M, K, d, f)
+    computed = np.asarray(jax.jit(points)(shifts), float)
+    assert held.shape == computed.shape == (K, M, d)
+    np.testing.assert_allclose(computed, held, rtol=1e-12 if X64 else 2e-5, atol=1e-12 if X64 else 2e-5)
+
+    rng = np.random.default_rng(3)
+    mix = dict(locs=jnp.asarray(rng.normal(size=(K, d)) * 0.5, f), scale=jnp.asarray(rng.uniform(0.5, 2, (K, d)), f))
+    entropy = lambda: float(mixing_kernel.mixing_qmc_entropy(jnp.log(jnp.full(K, 1 / K, f)), mix["locs"], None, mix["scale"], num_points=M))
+    by_runtime = entropy()
+    monkeypatch.setattr(mixing_kernel, "FIXED_POINTS_CONSTANT_MAX", 1 << 20)
+    np.testing.assert_allclose(entropy(), by_runtime, rtol=1e-12 if X64 else 1e-6)
+
+
 def _compiled_floor_count(fn, *args) -> int:
     """Number of ``floor`` operations in the CPU program XLA compiled for ``fn(*args)``: the
     points' ``frac(u + s)`` is the only ``floor`` of the mixing rules."""
