@@ -388,12 +388,14 @@ def svi_loss(guide_name, num_particles=1, **mixture_options):
     return Trace_ELBO(num_particles=num_particles)
 
 
-def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise=False, weight_cv=True,
-                  entropy_points=DEFAULT_NUM_ENTROPY_POINTS, components_per_mode=1):
-    """All seeds in one jit(vmap) program: ``(draws (S, n, D), elbo (S,), wall seconds)``;
-    ``common_noise`` / ``weight_cv``: ``TraceEntropy_ELBO``'s ``common_component_noise`` /
-    ``weight_control_variate``, ``entropy_points``: its ``num_entropy_points``,
-    ``components_per_mode``: ``num_components`` over the number of modes (AutoGaussianMixture)."""
+def svi_phases(problem, guide_name, steps, lr, num_draws, common_noise=False, weight_cv=True,
+               entropy_points=DEFAULT_NUM_ENTROPY_POINTS, components_per_mode=1):
+    """The four phases of one seed's fit, as functions of keys and arrays (for ``jit`` /
+    ``vmap``; :func:`fit_svi_seeds` composes them into one program, ``posteriors_phases.py``
+    compiles each on its own): ``init(init_key, run_key) -> state``, ``run(state) -> params``
+    (``steps`` steps of ``Adam(lr)`` in a ``lax.scan``), ``draw(key, params) -> draws``
+    (``num_draws`` of ``sample_posterior``) and ``evaluate(key, params) -> ELBO`` (256
+    particles). Options as :func:`fit_svi_seeds`."""
     guide = make_guide(problem, guide_name, components_per_mode)
     options = {"common_component_noise": common_noise, "weight_control_variate": weight_cv,
                "num_entropy_points": entropy_points} if guide_name == "AutoGaussianMixture" else {}
@@ -403,15 +405,35 @@ def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise
     with handlers.block(), handlers.seed(rng_seed=0):
         guide()  # the prototype (model structure) once, outside the vmap
 
+    def init(init_key, run_key):
+        return svi.init(init_key)._replace(rng_key=run_key)
+
+    def run(state):
+        state, _ = lax.scan(lambda s, _: (svi.update(s)[0], None), state, None, length=steps)
+        return svi.get_params(state)
+
+    def draw(key, params):
+        return guide.sample_posterior(key, params, sample_shape=(num_draws,))
+
+    def evaluate(key, params):
+        return -eval_loss.loss(key, params, problem.model, guide)
+
+    return init, run, draw, evaluate
+
+
+def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise=False, weight_cv=True,
+                  entropy_points=DEFAULT_NUM_ENTROPY_POINTS, components_per_mode=1):
+    """All seeds in one jit(vmap) program: ``(draws (S, n, D), elbo (S,), wall seconds)``;
+    ``common_noise`` / ``weight_cv``: ``TraceEntropy_ELBO``'s ``common_component_noise`` /
+    ``weight_control_variate``, ``entropy_points``: its ``num_entropy_points``,
+    ``components_per_mode``: ``num_components`` over the number of modes (AutoGaussianMixture)."""
+    init, run, draw, evaluate = svi_phases(problem, guide_name, steps, lr, num_draws, common_noise, weight_cv,
+                                           entropy_points, components_per_mode)
+
     def one(key):
         init_key, run_key, draw_key, eval_key = jax.random.split(key, 4)
-        state = svi.init(init_key)
-        state = state._replace(rng_key=run_key)
-        state, _ = lax.scan(lambda s, _: (svi.update(s)[0], None), state, None, length=steps)
-        params = svi.get_params(state)
-        draws = guide.sample_posterior(draw_key, params, sample_shape=(num_draws,))
-        elbo = -eval_loss.loss(eval_key, params, problem.model, guide)
-        return draws, elbo
+        params = run(init(init_key, run_key))
+        return draw(draw_key, params), evaluate(eval_key, params)
 
     keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds))
     t0 = time.perf_counter()
