@@ -262,10 +262,8 @@ def _merge_blocks(chol: Array, w: Array) -> Array:
         pairs = w.reshape(batch + (n, 2, s, s))
         a_inv, d_inv = pairs[..., 0, :, :], pairs[..., 1, :, :]
         c = _diagonal_blocks(chol, n)[..., s:, :s]  # (..., n, s, s): lower-left of each 2s block
-        if s <= _SMALL_PRODUCT_MAX:
-            lower = -_small_matmul(_small_matmul(d_inv, c), a_inv)
-        else:
-            lower = -(d_inv @ c @ a_inv)
+        matmul = _small_matmul if s <= _SMALL_PRODUCT_MAX else jnp.matmul
+        lower = -matmul(matmul(d_inv, c), a_inv)
         top = jnp.concatenate([a_inv, jnp.zeros_like(a_inv)], -1)
         w = jnp.concatenate([top, jnp.concatenate([lower, d_inv], -1)], -2)
     return w[..., 0, :, :]

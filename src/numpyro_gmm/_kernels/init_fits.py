@@ -83,11 +83,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from scipy.special import ndtri
 
 from . import prng
 from .gaussian import cholesky_of_inverse
-from .mixing import sobol_points
+from .mixing import normal_quantile, sobol_points
 
 Array = jnp.ndarray
 
@@ -155,7 +154,7 @@ def score_points(num_points: int, d: int) -> np.ndarray:
     """``(n, d)`` float64 standard normal quasi-random points ``Phi^-1(u_i)`` of the first
     ``n`` (a power of 2) scrambled Sobol' points ``u_i`` (:func:`~numpyro_gmm._kernels.mixing.sobol_points`,
     clipped to ``[2^-24, 1 - 2^-24]``); read-only."""
-    eps = ndtri(np.clip(sobol_points(num_points, d), 2.0**-24, 1.0 - 2.0**-24))
+    eps = normal_quantile(sobol_points(num_points, d))
     eps.setflags(write=False)
     return eps
 

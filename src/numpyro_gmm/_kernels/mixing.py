@@ -133,6 +133,17 @@ def sobol_points(num_points: int, d: int) -> np.ndarray:
     return u
 
 
+#: The rules' points in ``[0, 1)`` are clipped to ``[QUANTILE_CLIP, 1 - QUANTILE_CLIP]``
+#: before the normal quantile (``Phi^{-1}(0) = -inf``).
+QUANTILE_CLIP = 2.0**-24
+
+
+def normal_quantile(u: np.ndarray) -> np.ndarray:
+    """``Phi^{-1}(u)`` in NumPy (SciPy's, float64) of points ``u`` in ``[0, 1)``, clipped as
+    :func:`rotated_normal_points` clips them: the fixed points computed once, not traced."""
+    return ndtri(np.clip(u, QUANTILE_CLIP, 1.0 - QUANTILE_CLIP))
+
+
 def rotated_normal_points(u: Array, shift: Array) -> Array:
     r"""``Phi^{-1}(frac(u_m + s))``: the points ``u (M, d)`` in ``[0, 1)^d`` shifted by ``s``
     (``(..., d)``) modulo 1 (a Cranley-Patterson rotation: R. Cranley, T. N. L. Patterson,
@@ -156,8 +167,7 @@ def rotated_normal_points(u: Array, shift: Array) -> Array:
     def quantile(shift):
         v = u + shift[..., None, :]
         v = v - jnp.floor(v)
-        eps = 2.0**-24
-        return jax.scipy.special.ndtri(jnp.clip(v, eps, 1.0 - eps))
+        return jax.scipy.special.ndtri(jnp.clip(v, QUANTILE_CLIP, 1.0 - QUANTILE_CLIP))
 
     return computed_once(quantile, shift)
 
@@ -199,7 +209,7 @@ def fixed_normal_points(num_points: int, num_components: int, d: int) -> np.ndar
     computing ``K M d`` quantiles at every call: 0.27-0.29 ms of the default entropy's 0.83 ms
     (value) and 1.3 ms (value and gradient) at ``K = 8``, diagonal ``d = 10`` (CPU profile)."""
     v = sobol_points(num_points, d)[None] + fixed_shifts(num_components, d)[:, None]
-    z = ndtri(np.clip(v - np.floor(v), 2.0**-24, 1.0 - 2.0**-24))
+    z = normal_quantile(v - np.floor(v))
     z.setflags(write=False)
     return z
 
@@ -222,7 +232,8 @@ def component_points(key: Array | None, num_points: int, num_components: int, d:
       per component (``K = 4``: 0.0024 / 0.0013; ``d = 2``, ``K = 8``: 0.0006 / 0.0002; a
       mirrored pair, ``d = 10``: 0.0013 / 0.0013), and the fixed rule was 0.012-0.014 nats
       off on such mixtures (``tests/test_default_accuracy.py``). Cost: the quantile of
-      ``K M d`` instead of ``M d`` numbers.
+      ``K M d`` instead of ``M d`` numbers (once, in NumPy, up to
+      :data:`FIXED_POINTS_CONSTANT_MAX`).
     * a ``key``: :func:`shifted_normal_points`, one random shift shared by all components
       (common random numbers; the ELBO's randomised rule, whose gradient noise was measured
       with them, docs/performance.md); ``shifts`` is then ``(K, 0)``.
