@@ -347,6 +347,52 @@ def test_weight_control_variate_keeps_the_value_and_the_other_gradients_and_is_u
     _assert_only_the_logits_gradient_changes_and_is_unbiased(TraceEntropy_ELBO())
 
 
+def _exact_component_gradients(params):
+    """The exact ELBO's gradient in the locations and scales of the scale model's guide
+    (quadrature, as :func:`_exact_logits_gradient`, by central differences in float64)."""
+
+    def exact_loss(name, value):
+        cross, _, entropy = _mixture_reference({**params, name: value})
+        return -(cross + entropy)
+
+    out = {}
+    for name in ("auto_locs", "auto_scale_tril"):
+        value = np.asarray(params[name], np.float64)
+        grad = np.zeros_like(value)
+        for i in np.ndindex(value.shape):
+            e = np.zeros_like(value)
+            e[i] = 1e-4
+            grad[i] = (exact_loss(name, value + e) - exact_loss(name, value - e)) / 2e-4
+        out[name] = grad
+    return out
+
+
+def test_path_gradient_keeps_the_value_and_the_weights_and_is_unbiased():
+    # path_gradient (the default): the same value and logits' gradient as the estimator
+    # without it on the same keys; the gradients of the locations and scales differ per
+    # particle, and their means over 4000 particles are the exact gradient (quadrature and
+    # central differences in float64), as are those of the estimator without it.
+    y, guide, params, keys = _gradient_setup()
+
+    def both(key):
+        return [
+            jax.value_and_grad(lambda p: TraceEntropy_ELBO(path_gradient=path).loss(key, p, scale_model, guide, y))(params)
+            for path in (False, True)
+        ]
+
+    (v_ref, g_ref), (v, g) = jax.jit(jax.vmap(both))(keys)
+    rtol = 1e-12 if X64 else 1e-5
+    np.testing.assert_allclose(v, v_ref, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(g["auto_logits"], g_ref["auto_logits"], rtol=rtol, atol=10 * rtol)
+    exact = _exact_component_gradients(params)
+    for name in ("auto_locs", "auto_scale_tril"):
+        assert not np.allclose(g[name], g_ref[name])
+        for grads in (g[name], g_ref[name]):
+            grads = np.asarray(grads, np.float64).reshape(len(keys), -1)
+            se = grads.std(0) / np.sqrt(len(grads))
+            np.testing.assert_array_less(np.abs(grads.mean(0) - exact[name].ravel()), 4 * se + 0.02)
+
+
 def _separated_mixture_model(locs, sds, masses):
     """z ~ sum_k m_k N(mu_k, diag(s_k^2)) (NumPyro's MixtureSameFamily): the posterior is
     that mixture."""
@@ -358,25 +404,18 @@ def _separated_mixture_model(locs, sds, masses):
     return model
 
 
-@pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])
-def test_weight_control_variate_removes_the_noise_of_the_weights_at_an_exact_fit(covariance):
-    # Target: three Gaussians 40 sds apart (masses 0.5, 0.3, 0.2), d = 4; guide components
-    # equal to the target's, weights not: each component term is ln m_k + ln N_k(z_k) up to
-    # e^-800, so L_k - c_k = ln m_k - H_k exactly, and the logits' gradient of the loss is,
-    # for every key, -w_j (a_j - sum_k w_k a_k) with a_k = ln m_k - ln w_k (the exact ELBO
-    # sum_k w_k (ln m_k - ln w_k) + const, the components not overlapping). Without the
-    # control variate the same gradient scatters by the chi-square noise of ln N_k(z_k).
+def _exact_fit_setup(covariance, logits):
+    """``(model, guide, params)``: three Gaussians 40 sds apart (masses 0.5, 0.3, 0.2),
+    d = 4, and a guide of three components equal to the target's (low rank: W = 0) with
+    the given logits."""
     dt = fdtype()
     d, r = 4, 2
-    rng = np.random.default_rng(3)
-    sds = rng.uniform(0.5, 2.0, (3, d))
+    sds = np.random.default_rng(3).uniform(0.5, 2.0, (3, d))
     locs = np.array([-40.0, 0.0, 40.0])[:, None] * np.ones(d) * 2.0
-    masses = np.array([0.5, 0.3, 0.2])
-    model = _separated_mixture_model(locs.astype(dt), sds.astype(dt), masses.astype(dt))
+    model = _separated_mixture_model(locs.astype(dt), sds.astype(dt), np.array([0.5, 0.3, 0.2], dt))
     guide = AutoGaussianMixture(model, num_components=3, covariance=covariance, init_method="spread",
                                 **({"rank": r} if covariance == "lowrank" else {}))
     setup_guide(guide, model)
-    logits = np.array([0.4, -0.1, 0.2])
     params = {"auto_logits": jnp.asarray(logits, dt), "auto_locs": jnp.asarray(locs, dt)}
     if covariance == "full":
         params["auto_scale_tril"] = jnp.asarray(np.eye(d) * sds[:, None], dt)
@@ -385,6 +424,20 @@ def test_weight_control_variate_removes_the_noise_of_the_weights_at_an_exact_fit
     else:  # W = 0 (a cov_diag-only component is the target's diagonal one)
         params["auto_cov_factor"] = jnp.zeros((3, d, r), dt)
         params["auto_cov_diag"] = jnp.asarray(sds**2, dt)
+    return model, guide, params
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])
+def test_weight_control_variate_removes_the_noise_of_the_weights_at_an_exact_fit(covariance):
+    # Target: three Gaussians 40 sds apart (masses 0.5, 0.3, 0.2), d = 4; guide components
+    # equal to the target's, weights not: each component term is ln m_k + ln N_k(z_k) up to
+    # e^-800, so L_k - c_k = ln m_k - H_k exactly, and the logits' gradient of the loss is,
+    # for every key, -w_j (a_j - sum_k w_k a_k) with a_k = ln m_k - ln w_k (the exact ELBO
+    # sum_k w_k (ln m_k - ln w_k) + const, the components not overlapping). Without the
+    # control variate the same gradient scatters by the chi-square noise of ln N_k(z_k).
+    logits = np.array([0.4, -0.1, 0.2])
+    model, guide, params = _exact_fit_setup(covariance, logits)
+    masses = np.array([0.5, 0.3, 0.2])
     w = np.exp(logits - logsumexp(logits))
     a = np.log(masses) - np.log(w)
     exact = -w * (a - w @ a)  # the gradient of the loss (minus the ELBO)
@@ -398,6 +451,27 @@ def test_weight_control_variate_removes_the_noise_of_the_weights_at_an_exact_fit
     tol = 1e-6 if X64 else 2e-4
     np.testing.assert_allclose(with_cv, np.broadcast_to(exact, with_cv.shape), atol=tol)
     assert np.all(without.std(0) > 0.05)
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])
+def test_path_gradient_removes_the_noise_of_the_components_at_an_exact_fit(covariance):
+    # The target of the test above, the guide's components equal to the target's: ln p -
+    # ln q is constant near each component (ln m_k - ln w_k up to e^-800), so the path
+    # derivative of the components' parameters is zero for every key; without it the same
+    # gradients scatter by the noise of ln p(z_k) against the entropy's exact gradient.
+    model, guide, params = _exact_fit_setup(covariance, [0.4, -0.1, 0.2])
+    keys = jax.random.split(jax.random.PRNGKey(0), 64)
+
+    def component_grads(elbo):
+        grad = jax.vmap(lambda k: jax.grad(lambda p: elbo.loss(k, p, model, guide))(params))
+        g = jax.jit(grad)(keys)
+        return {name: np.asarray(v, np.float64) for name, v in g.items() if name != "auto_logits"}
+
+    path, plain = component_grads(TraceEntropy_ELBO()), component_grads(TraceEntropy_ELBO(path_gradient=False))
+    tol = 1e-6 if X64 else 2e-4
+    for name in path:
+        np.testing.assert_allclose(path[name], 0.0, atol=tol)
+        assert plain[name].std(0).max() > 0.05, name
 
 
 def _random_mixture(covariance, loc, rng, r):
@@ -584,6 +658,8 @@ def test_bad_arguments_raise():
         TraceEntropy_ELBO(common_component_noise="all")
     with pytest.raises(ValueError, match="weight_control_variate"):
         TraceEntropy_ELBO(weight_control_variate=1)
+    with pytest.raises(ValueError, match="path_gradient"):
+        TraceEntropy_ELBO(path_gradient="yes")
 
 
 @pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])
