@@ -47,7 +47,8 @@ into one table, figure and check without fitting anything.
 Usage::
 
     python benchmarks/posteriors.py [--quick] [--steps 3000] [--lr 0.02] [--seeds 10] [--common-noise False|True|weights]
-        [--weight-cv True|False] [--entropy-points M] [--components-per-mode F]
+        [--weight-cv True|False] [--path-gradient True|False] [--entropy-points M]
+        [--components-per-mode F]
         [--svgd-steps N] [--svgd-seeds 5] [--nuts-warmup N] [--nuts-samples N]
         [--models a,b] [--methods a,b] [--out docs/images] [--json results.json]
     python benchmarks/posteriors.py --from-json a.json,b.json [--out docs/images]
@@ -389,7 +390,7 @@ def svi_loss(guide_name, num_particles=1, **mixture_options):
 
 
 def svi_phases(problem, guide_name, steps, lr, num_draws, common_noise=False, weight_cv=True,
-               entropy_points=DEFAULT_NUM_ENTROPY_POINTS, components_per_mode=1):
+               entropy_points=DEFAULT_NUM_ENTROPY_POINTS, components_per_mode=1, path_gradient=None):
     """The four phases of one seed's fit, as functions of keys and arrays (for ``jit`` /
     ``vmap``; :func:`fit_svi_seeds` composes them into one program, ``posteriors_phases.py``
     compiles each on its own): ``init(init_key, run_key) -> state``, ``run(state) -> params``
@@ -399,6 +400,8 @@ def svi_phases(problem, guide_name, steps, lr, num_draws, common_noise=False, we
     guide = make_guide(problem, guide_name, components_per_mode)
     options = {"common_component_noise": common_noise, "weight_control_variate": weight_cv,
                "num_entropy_points": entropy_points} if guide_name == "AutoGaussianMixture" else {}
+    if options and path_gradient is not None:
+        options["path_gradient"] = path_gradient
     loss = svi_loss(guide_name, **options)
     eval_loss = svi_loss(guide_name, num_particles=256)
     svi = SVI(problem.model, guide, numpyro.optim.Adam(lr), loss)
@@ -422,13 +425,13 @@ def svi_phases(problem, guide_name, steps, lr, num_draws, common_noise=False, we
 
 
 def fit_svi_seeds(problem, guide_name, seeds, steps, lr, num_draws, common_noise=False, weight_cv=True,
-                  entropy_points=DEFAULT_NUM_ENTROPY_POINTS, components_per_mode=1):
+                  entropy_points=DEFAULT_NUM_ENTROPY_POINTS, components_per_mode=1, path_gradient=None):
     """All seeds in one jit(vmap) program: ``(draws (S, n, D), elbo (S,), wall seconds)``;
     ``common_noise`` / ``weight_cv``: ``TraceEntropy_ELBO``'s ``common_component_noise`` /
     ``weight_control_variate``, ``entropy_points``: its ``num_entropy_points``,
     ``components_per_mode``: ``num_components`` over the number of modes (AutoGaussianMixture)."""
     init, run, draw, evaluate = svi_phases(problem, guide_name, steps, lr, num_draws, common_noise, weight_cv,
-                                           entropy_points, components_per_mode)
+                                           entropy_points, components_per_mode, path_gradient)
 
     def one(key):
         init_key, run_key, draw_key, eval_key = jax.random.split(key, 4)
@@ -520,7 +523,8 @@ def run_problem(problem, methods, args, rng, key):
         if method in SVI_GUIDES:
             flat, elbo, wall = fit_svi_seeds(problem, method, list(range(args.seeds)), args.steps, args.lr,
                                              MASS_DRAWS, args.common_noise, args.weight_cv == "True",
-                                             args.entropy_points, args.components_per_mode)
+                                             args.entropy_points, args.components_per_mode,
+                                             None if args.path_gradient is None else args.path_gradient == "True")
             errors = np.array([mode_mass_error(problem, f) for f in flat])
             energies = np.array([energy_distance(f[:1000], ref_sub, scale) for f in flat])
             rows[method] = dict(found=int(np.sum(errors <= 0.15)), runs=len(flat), error=float(np.median(errors)),
@@ -636,6 +640,8 @@ def main(argv=None):
     parser.add_argument("--entropy-points", type=int, default=DEFAULT_NUM_ENTROPY_POINTS,
                         help="TraceEntropy_ELBO(num_entropy_points=...) of AutoGaussianMixture "
                              f"(default {DEFAULT_NUM_ENTROPY_POINTS})")
+    parser.add_argument("--path-gradient", default=None, choices=["False", "True"],
+                        help="TraceEntropy_ELBO(path_gradient=...) of AutoGaussianMixture (default: its default)")
     parser.add_argument("--components-per-mode", type=int, default=1,
                         help="AutoGaussianMixture's num_components over the model's number of modes (default 1)")
     parser.add_argument("--models", default=None, help="comma-separated subset of " + ",".join(PROBLEMS))
