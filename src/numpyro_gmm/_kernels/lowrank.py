@@ -269,7 +269,9 @@ def lowrank_mixing_qmc_entropy(
     # the folding pass disabled or with this barrier). Where the parameters are arguments it
     # changes nothing (value and gradient 0.175 / 0.177 ms before / after at d = 100).
     log_weights, locs, cov_factor, cov_diag = lax.optimization_barrier((log_weights, locs, cov_factor, cov_diag))
+    raw_locs = locs
     locs, cov_factor, cov_diag, d_log_c = rescaled(locs, cov_factor, cov_diag)
+    inv_c = jnp.exp(-d_log_c / d)
     points, shifts = component_points(key, num_points, K, r + d, dtype)  # component i: points(shifts[i])
     finite = jnp.isfinite(log_weights)
     w = jnp.exp(log_weights)
@@ -282,11 +284,17 @@ def lowrank_mixing_qmc_entropy(
     log_c = log_weights - 0.5 * log_det  # the common -d/2 ln 2pi cancels in r
 
     def half_quad(args):  # (M, K): (y^T Sigma_j^{-1} y) / 2 at y = mu_i + u_m - mu_j
-        mu_i, w_i, d_i, shift_i = args
+        raw_i, w_i, d_i, shift_i = args
         z = points(shift_i)  # (M, r + d): (e_m, eps_m)
         e, eps = z[:, :r], z[:, r:]
         u = e @ w_i.T + eps * jnp.sqrt(d_i)  # (M, d): u_m = W_i e_m + sqrt(D_i) eps_m
-        a = mu_i - locs  # (K, d)
+        # a_j = mu_i - mu_j from the means as given, then rescaled, so that a_i is exactly 0:
+        # from the rescaled means, which XLA's CPU compiler computed in two fused kernels with
+        # different rounding, a_i was one ulp of the means, and at standard deviations 1e-8 and
+        # 1e8 (float64, d = 1) that ulp over the narrow component's scale moved its own points'
+        # responsibilities: the compiled rule was off by up to 0.045 nats, the eager one right
+        # (benchmarks/scale_ratio_limit.py, tests/test_adversarial.py)
+        a = (raw_i - raw_locs) * inv_c  # (K, d)
         diag_part = (
             jnp.sum(jnp.square(a) * inv_d, -1)[None]
             + 2.0 * u @ (a * inv_d).T
@@ -299,7 +307,7 @@ def lowrank_mixing_qmc_entropy(
         log_joint = log_c[None] - half_quad(args)  # (M, K)
         return jnp.mean(_entropy_of_responsibilities(log_joint, finite[None]))
 
-    mix = over_components(mixing_term, (locs, cov_factor, cov_diag, shifts), K * num_points * (d + K * r), "lowrank")
+    mix = over_components(mixing_term, (raw_locs, cov_factor, cov_diag, shifts), K * num_points * (d + K * r), "lowrank")
     h_gauss = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
     h_w = -jnp.sum(w * jnp.where(finite, log_weights, 0.0))
     h = jnp.sum(w * (h_gauss - mix)) + h_w
