@@ -242,24 +242,28 @@ def part_svi(a, dtype):
                 post = guide.get_posterior(svi.get_params(steps.state))
                 factor = {"diag": post.scale, "lowrank": (post.cov_factor, post.cov_diag)}.get(cov, post.scale_tril)
                 lg = post.mixing_distribution.logits
-                M = loss.num_entropy_points
-                if cov == "lowrank":
-                    fe = lambda lg, m, f, k: GaussianMixture(  # noqa: E731
-                        m, cov_factor=f[0], cov_diag=f[1], logits=lg).entropy(key=k, num_points=M)  # noqa: B023
-                elif cov == "diag":
-                    fe = lambda lg, m, f, k: GaussianMixture(m, scale=f, logits=lg).entropy(key=k, num_points=M)  # noqa: E731,B023
-                else:
-                    fe = lambda lg, m, f, k: GaussianMixture(m, scale_tril=f, logits=lg).entropy(key=k, num_points=M)  # noqa: E731,B023
-                vg = jax.value_and_grad(fe, argnums=(0, 1, 2))
+                # the value and gradient of the whole entropy alone: what the step differentiates
+                # without the path gradient (with it, the entropy's gradient reaches the weights only)
+                je = None
+                if not loss.path_gradient:
+                    M = loss.num_entropy_points
+                    if cov == "lowrank":
+                        fe = lambda lg, m, f, k: GaussianMixture(  # noqa: E731
+                            m, cov_factor=f[0], cov_diag=f[1], logits=lg).entropy(key=k, num_points=M)  # noqa: B023
+                    elif cov == "diag":
+                        fe = lambda lg, m, f, k: GaussianMixture(m, scale=f, logits=lg).entropy(key=k, num_points=M)  # noqa: E731,B023
+                    else:
+                        fe = lambda lg, m, f, k: GaussianMixture(m, scale_tril=f, logits=lg).entropy(key=k, num_points=M)  # noqa: E731,B023
+                    vg = jax.value_and_grad(fe, argnums=(0, 1, 2))
 
-                def entropy_calls(lg, m, f, key):  # INNER value-and-gradient calls, a new key each
-                    def one(acc, k):
-                        out = vg(lg, m, f, k)
-                        return acc + sum(jnp.sum(x) for x in jax.tree_util.tree_leaves(out)), None
-                    return lax.scan(one, jnp.zeros((), m.dtype), jax.random.split(key, INNER))[0]
+                    def entropy_calls(lg, m, f, key):  # INNER value-and-gradient calls, a new key each
+                        def one(acc, k):
+                            out = vg(lg, m, f, k)
+                            return acc + sum(jnp.sum(x) for x in jax.tree_util.tree_leaves(out)), None
+                        return lax.scan(one, jnp.zeros((), m.dtype), jax.random.split(key, INNER))[0]
 
-                je = jax.jit(entropy_calls)
-                jax.block_until_ready(je(lg, post.loc, factor, jax.random.PRNGKey(0)))
+                    je = jax.jit(entropy_calls)
+                    jax.block_until_ready(je(lg, post.loc, factor, jax.random.PRNGKey(0)))
                 # the same steps with the mixture's entropy replaced by 0 (traced under the stub,
                 # so the compiled program has no entropy and no entropy gradient)
                 with _entropy_stubbed():
@@ -269,16 +273,14 @@ def part_svi(a, dtype):
                 # change of load biases none of them
                 e_cpus, s_cpus, s_walls, z_cpus = [], [], [], []
                 for i in range(a.steps):
-                    e_cpus.append(_timed_calls(je, lambda _: (lg, post.loc, factor, jax.random.PRNGKey(i + 1)), 1)[1])  # noqa: B023
+                    if je is not None:
+                        e_cpus.append(_timed_calls(je, lambda _: (lg, post.loc, factor, jax.random.PRNGKey(i + 1)), 1)[1])  # noqa: B023
                     w1, c1 = _timed_calls(steps, lambda _: (y,), 1)  # noqa: B023
                     s_walls.append(w1)
                     s_cpus.append(c1)
                     z_cpus.append(_timed_calls(steps0, lambda _: (y,), 1)[1])  # noqa: B023
                 wall, cpu = float(np.median(s_walls)) / INNER, float(np.median(s_cpus)) / INNER
-                e_cpu = float(np.median(e_cpus)) / INNER
-                # path_gradient: the entropy's gradient reaches the weights only, so the value and
-                # gradient of the whole entropy alone is not what the step computes
-                alone = None if loss.path_gradient else e_cpu / cpu
+                alone = None if je is None else float(np.median(e_cpus)) / INNER / cpu
                 share = max(0.0, 1.0 - float(np.median(z_cpus)) / INNER / cpu)
                 ratio = cpu / (4 * lowrank_step)
             rows.append((d, name, first, wall, cpu, share, alone, ratio))

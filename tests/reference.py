@@ -152,6 +152,18 @@ def random_mixture(d, K, sep, seed):
     return logits, locs, tril
 
 
+def concentric_pair(d, rho):
+    """``(locs (2, d), sds (2, d), entropy)`` of two components of weight 1/2 with standard
+    deviations ``1 / sqrt(rho)`` and ``sqrt(rho)`` per axis, the wide one's mean moved by half
+    its scale, and their separated-components limit ``H(w) + sum_k w_k H_k`` (closed form; the
+    logs of the two scales cancel). For ``rho >= 1e8`` each component's density is negligible
+    where the other's mass is, and the limit is the entropy (its error falls like
+    ``rho^-d``)."""
+    locs = np.array([[0.0] * d, [0.5 * rho**0.5] * d])
+    sds = np.array([[rho**-0.5] * d, [rho**0.5] * d])
+    return locs, sds, math.log(2.0) + 0.5 * d * math.log(2 * math.pi * math.e)
+
+
 def _diagonal_scales(trils):
     """The standard deviations ``(K, d)`` of Cholesky factors ``(K, d, d)`` that are all
     diagonal, else ``None``."""

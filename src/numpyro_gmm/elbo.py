@@ -185,10 +185,11 @@ def draws_and_control_variates(mixture: GaussianMixture, key, common: bool):
     return mixture._component_draws(eps), jnp.broadcast_to(0.5 * d - 0.5 * jnp.sum(jnp.square(eps), -1), (K,))
 
 
-def _weights_only(mixture: GaussianMixture) -> GaussianMixture:
-    """``mixture`` with its components' parameters behind a stop-gradient, its weights not."""
-    mixing = mixture.mixing_distribution
-    return jax.tree.map(lambda x: x if x is mixing else jax.lax.stop_gradient(x), mixture, is_leaf=lambda x: x is mixing)
+def _frozen(mixture: GaussianMixture, but_weights: bool = False) -> GaussianMixture:
+    """``mixture`` with its parameters behind a stop-gradient (``but_weights``: all but the
+    weights)."""
+    keep = mixture.mixing_distribution if but_weights else None
+    return jax.tree.map(lambda x: x if x is keep else jax.lax.stop_gradient(x), mixture, is_leaf=lambda x: x is keep)
 
 
 def _guide_entropy_terms(guide_trace, skip=None):
@@ -485,10 +486,10 @@ class TraceEntropy_ELBO(ELBO):
                 # the components' gradient by the path derivative of ln p - ln q at their own
                 # draws, the mixture's density frozen (its value: the terms' own), scaled like
                 # the site's entropy
-                log_q = scale_and_mask(jax.tree.map(jax.lax.stop_gradient, mixture).log_prob(z), site["scale"])
+                log_q = scale_and_mask(_frozen(mixture).log_prob(z), site["scale"])
                 path = jnp.sum(frozen * (per_component - log_q))
                 terms = path - jax.lax.stop_gradient(path) + jax.lax.stop_gradient(jnp.sum(frozen * per_component))
-                entropy = entropy_of(_weights_only(mixture), site, entropy_key)
+                entropy = entropy_of(_frozen(mixture, but_weights=True), site, entropy_key)
             else:
                 terms = jnp.sum(frozen * per_component)
                 entropy = entropy_of(mixture, site, entropy_key)
