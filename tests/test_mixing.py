@@ -265,6 +265,31 @@ def test_fixed_points_held_as_constants_equal_the_computed_ones(monkeypatch):
     np.testing.assert_allclose(entropy(), by_runtime, rtol=1e-12 if X64 else 1e-6)
 
 
+def test_float32_normal_quantile_against_scipy():
+    """The traced normal quantile of the randomised rule's points in float32 (Giles's
+    polynomials, ``w`` from ``v`` itself) against SciPy's float64 ``ndtri`` (an independent
+    implementation) on ``[2^-24, 1 - 2^-24]``, dense in both tails: within ``2e-6``
+    absolute and ``5e-7`` relative (``ndtri`` in float32: ``8e-7`` / ``4e-7``); exactly 0 at
+    ``1/2``. ``lax.erf_inv(2 v - 1)``, which rounds ``2 v - 1`` first, is ``3e-4`` off near
+    ``v = 2^-24`` and fails this. float64 inputs get JAX's ``ndtri`` (within ``1e-14``)."""
+    from scipy.special import ndtri
+
+    lo = 2.0**-24
+    tail = np.geomspace(lo, 0.5, 20_001)
+    v = np.concatenate([tail, 1.0 - tail, np.linspace(lo, 1.0 - lo, 20_001)]).astype(np.float32)
+    v = v[(v >= np.float32(lo)) & (v <= np.float32(1.0 - lo))]
+    got = np.asarray(mixing_kernel.normal_quantile_traced(jnp.asarray(v, jnp.float32)), float)
+    want = ndtri(v.astype(float))
+    err = np.abs(got - want)
+    assert err.max() <= 2e-6
+    big = np.abs(want) > 1e-3
+    assert (err[big] / np.abs(want[big])).max() <= 5e-7
+    assert float(mixing_kernel.normal_quantile_traced(jnp.asarray([0.5], jnp.float32))[0]) == 0.0
+    if X64:
+        v64 = jnp.asarray(v, jnp.float64)
+        np.testing.assert_allclose(np.asarray(mixing_kernel.normal_quantile_traced(v64)), ndtri(v.astype(float)), rtol=1e-14, atol=1e-14)
+
+
 def _compiled_floor_count(fn, *args) -> int:
     """Number of ``floor`` operations in the CPU program XLA compiled for ``fn(*args)``: the
     points' ``frac(u + s)`` is the only ``floor`` of the mixing rules."""

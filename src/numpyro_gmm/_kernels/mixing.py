@@ -167,9 +167,45 @@ def rotated_normal_points(u: Array, shift: Array) -> Array:
     def quantile(shift):
         v = u + shift[..., None, :]
         v = v - jnp.floor(v)
-        return jax.scipy.special.ndtri(jnp.clip(v, QUANTILE_CLIP, 1.0 - QUANTILE_CLIP))
+        return normal_quantile_traced(jnp.clip(v, QUANTILE_CLIP, 1.0 - QUANTILE_CLIP))
 
     return computed_once(quantile, shift)
+
+
+#: M. Giles's single-precision ``erfinv`` polynomials (*Approximating the erfinv function*,
+#: GPU Computing Gems, Jade Edition, 2011, ch. 10): ``erfinv(x) = x p(w)``,
+#: ``w = -ln((1 - x)(1 + x))``; ``p`` in ``w - 2.5`` for ``w < 5``, in ``sqrt(w) - 3`` beyond;
+#: coefficients from the highest power down.
+_GILES_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                  -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_GILES_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+               -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def normal_quantile_traced(v: Array) -> Array:
+    r"""``Phi^{-1}(v)`` for ``v`` in ``[2^-24, 1 - 2^-24]``, traced (the randomised rule's
+    points at every call).
+
+    float64: ``jax.scipy.special.ndtri``. float32: ``sqrt(2) erfinv(2 v - 1)`` by Giles's
+    single-precision polynomials (:data:`_GILES_CENTRAL`, :data:`_GILES_TAIL`) with
+    ``w = -ln((1 - x)(1 + x)) = -ln(4 v (1 - v))`` taken from ``v`` itself, so that the tails
+    lose nothing to the rounding of ``1 + x`` near ``v = 0`` (``lax.erf_inv(2 v - 1)`` forms
+    ``x`` first: up to ``3e-4`` off at ``v = 2^-24``). Measured against SciPy's float64
+    ``ndtri`` on ``v`` from ``2^-24`` to ``1 - 2^-24``: at most ``8e-7`` absolute and
+    ``4e-7`` relative, against ``6e-7`` absolute for ``ndtri`` in float32
+    (``tests/test_mixing.py::test_float32_normal_quantile_against_scipy``); about half the
+    CPU time of float32 ``ndtri`` (whose three branches of rational functions are all
+    evaluated under ``jnp.where``): the randomised rule's value and weights' gradient at
+    diagonal ``K = 4``, ``d = 1000``, ``M = 16``, 0.16 -> 0.11 ms per call (2-core CPU)."""
+    if v.dtype != jnp.float32:
+        return jax.scipy.special.ndtri(v)
+    x = 2.0 * v - 1.0
+    w = -jnp.log(4.0 * v * (1.0 - v))
+    central, tail = w - 2.5, jnp.sqrt(w) - 3.0
+    p, q = jnp.full_like(v, _GILES_CENTRAL[0]), jnp.full_like(v, _GILES_TAIL[0])
+    for a, b in zip(_GILES_CENTRAL[1:], _GILES_TAIL[1:]):
+        p, q = a + p * central, b + q * tail
+    return np.float32(np.sqrt(2.0)) * x * jnp.where(w < 5.0, p, q)
 
 
 def shifted_normal_points(key: Array, num_points: int, d: int, dtype) -> Array:
