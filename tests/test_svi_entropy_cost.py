@@ -1,7 +1,8 @@
 """TraceEntropy_ELBO's reduced entropy points (``num_entropy_points``).
 
 The guide is one GaussianMixture site and the model's density is flat (``ImproperUniform``,
-log-density 0), so ``-loss(key)`` is exactly the ELBO's entropy estimate for that step.
+log-density 0), so ``-loss(key)`` is exactly the ELBO's entropy estimate for that step
+(without the value's control variate, which adds zero-mean noise to it: ``_elbo``).
 Truths are independent of numpyro_gmm: SciPy quadrature in 1-D (float64) and the Gaussian
 closed form ``d/2 ln(2 pi e) + sum ln s`` for one component.
 """
@@ -23,6 +24,11 @@ NUM_KEYS = 512
 LOCS_1D = np.array([[-0.6], [0.9]])
 SCALES_1D = np.array([[1.0], [0.7]])
 LOGITS_1D = np.array([0.3, -0.2])
+
+
+def _elbo(**options):
+    """TraceEntropy_ELBO(**options) whose value is its entropy term plus the model terms."""
+    return TraceEntropy_ELBO(value_control_variate=False, **options)
 
 
 def _flat_model():
@@ -83,7 +89,7 @@ def test_default_is_a_small_power_of_two():
 
 def test_reduced_points_unbiased_against_quadrature():
     """Mean over keys of the default ELBO's entropy within 4 standard errors of quadrature."""
-    h = _entropy_estimates(TraceEntropy_ELBO(), LOCS_1D, SCALES_1D, LOGITS_1D)
+    h = _entropy_estimates(_elbo(), LOCS_1D, SCALES_1D, LOGITS_1D)
     truth = _quadrature_entropy_1d(LOCS_1D, SCALES_1D, LOGITS_1D)
     se = h.std(ddof=1) / np.sqrt(len(h))
     assert h.std() > 0  # the points really are shifted per key
@@ -93,7 +99,7 @@ def test_reduced_points_unbiased_against_quadrature():
 def test_one_component_matches_closed_form():
     """One component: the mixing term vanishes, so every key gives the Gaussian entropy."""
     loc, scale = np.array([[0.3, -1.0, 2.0]]), np.array([[0.5, 1.5, 2.0]])
-    h = _entropy_estimates(TraceEntropy_ELBO(), loc, scale, np.zeros(1))
+    h = _entropy_estimates(_elbo(), loc, scale, np.zeros(1))
     truth = 1.5 * np.log(2 * np.pi * np.e) + np.sum(np.log(scale))
     np.testing.assert_allclose(h, truth, rtol=0, atol=2e-5 if ftype() == np.float32 else 1e-10)
 
@@ -114,10 +120,9 @@ def test_elbo_uses_num_entropy_points_and_explicit_num_points_wins():
     """The loss's entropy is GaussianMixture.entropy with the ELBO's key (split(key, 4)[3])
     and num_entropy_points; an explicit entropy_options num_points wins."""
     key = jax.random.PRNGKey(3)
-    np.testing.assert_allclose(_entropy_of_loss(TraceEntropy_ELBO(), key),
+    np.testing.assert_allclose(_entropy_of_loss(_elbo(), key),
                                _elbo_key_entropy(key, num_points=DEFAULT_NUM_ENTROPY_POINTS), **TOL)
-    np.testing.assert_allclose(_entropy_of_loss(TraceEntropy_ELBO(entropy_options={"num_points": 1024},
-                                                                  num_entropy_points=8), key),
+    np.testing.assert_allclose(_entropy_of_loss(_elbo(entropy_options={"num_points": 1024}, num_entropy_points=8), key),
                                _elbo_key_entropy(key, num_points=1024), **TOL)
 
 
@@ -127,12 +132,12 @@ def test_explicit_key_method_and_deterministic_rule_win():
     gets neither a key nor num_points."""
     key, user_key = jax.random.PRNGKey(3), jax.random.PRNGKey(11)
     mix = _mixture(LOCS_1D, SCALES_1D, LOGITS_1D)
-    np.testing.assert_allclose(_entropy_of_loss(TraceEntropy_ELBO(entropy_options={"key": user_key}), key),
+    np.testing.assert_allclose(_entropy_of_loss(_elbo(entropy_options={"key": user_key}), key),
                                float(mix.entropy(key=user_key)), **TOL)
-    np.testing.assert_allclose(_entropy_of_loss(TraceEntropy_ELBO(randomize_entropy=False), key),
+    np.testing.assert_allclose(_entropy_of_loss(_elbo(randomize_entropy=False), key),
                                float(mix.entropy()), **TOL)
     np.testing.assert_allclose(
-        _entropy_of_loss(TraceEntropy_ELBO(entropy_options={"method": "moment_matched_upper"}), key),
+        _entropy_of_loss(_elbo(entropy_options={"method": "moment_matched_upper"}), key),
         float(mix.entropy(method="moment_matched_upper")), **TOL)
 
 
