@@ -27,9 +27,11 @@ from numpyro_gmm import (
     AutoGaussianMixture,
     GaussianMixture,
     TraceEntropy_ELBO,
+    lowrank_entropy_bounds,
     lowrank_mixing_qmc_entropy,
     mixture_entropy,
 )
+from numpyro_gmm._kernels import lowrank as lowrank_kernel
 
 K, D, R = 3, 5, 2
 
@@ -277,9 +279,109 @@ def test_other_estimators_use_dense_factors_or_refuse():
     with pytest.raises(ValueError, match="LOWRANK_DENSE_MAX_DIM"):
         big.entropy(method="legendre")
     with pytest.raises(ValueError, match="LOWRANK_DENSE_MAX_DIM"):
-        big.entropy_bounds()
-    with pytest.raises(ValueError, match="LOWRANK_DENSE_MAX_DIM"):
         mixture_entropy(np.zeros(2), np.zeros((2, d)), cov_factor=np.ones((2, d, 1)), cov_diag=np.ones((2, d)), method="taylor")
+
+
+def _np_pair_terms(p):
+    """NumPy float64 references from the dense covariances (``np.linalg``): the Bhattacharyya
+    distances, ``ln N(mu_i; mu_j, Sigma_i + Sigma_j)`` and ``KL(N_i || N_j)``, ``(K, K)`` each."""
+    mu, cov = p["loc"], _dense(p)
+    k, d = mu.shape
+    bhatt, log_n, kl = (np.zeros((k, k)) for _ in range(3))
+    logdet = [np.linalg.slogdet(c)[1] for c in cov]
+    for i in range(k):
+        for j in range(k):
+            delta = mu[i] - mu[j]
+            s = 0.5 * (cov[i] + cov[j])
+            ld_s = np.linalg.slogdet(s)[1]
+            q = delta @ np.linalg.solve(s, delta)
+            bhatt[i, j] = q / 8 + 0.5 * ld_s - 0.25 * (logdet[i] + logdet[j])
+            log_n[i, j] = -0.5 * (d * np.log(2 * np.pi) + d * np.log(2) + ld_s + q / 2)
+            inv_j = np.linalg.inv(cov[j])
+            kl[i, j] = 0.5 * (np.trace(inv_j @ cov[i]) + delta @ inv_j @ delta - d + logdet[j] - logdet[i])
+    return bhatt, log_n, kl
+
+
+def _pair_cases():
+    """Low-rank mixtures (float64 parameters): random ones, and the hard kinds of the accuracy
+    map (a narrow component inside a wide one, long factors, equal components)."""
+    rng = np.random.default_rng(11)
+    cases = []
+    for k, d, r, sep in [(3, 20, 2, 1.0), (5, 40, 3, 0.3), (2, 10, 1, 3.0), (4, 60, 2, 0.0)]:
+        cases.append(dict(loc=rng.normal(size=(k, d)) * sep, cov_factor=rng.normal(size=(k, d, r)) * 0.5,
+                          cov_diag=rng.uniform(0.3, 2.0, (k, d)), logits=rng.normal(size=k)))
+    d = 30
+    narrow = dict(loc=np.zeros((2, d)), cov_factor=rng.normal(size=(2, d, 2)) * np.array([1.0, 1e-3])[:, None, None],
+                  cov_diag=np.stack([np.full(d, 1.0), np.full(d, 1e-6)]), logits=np.log([1 - 1e-3, 1e-3]))
+    long = dict(loc=rng.normal(size=(3, d)), cov_factor=rng.normal(size=(3, d, 2)) * 20.0,
+                cov_diag=rng.uniform(0.5, 1.5, (3, d)) * 0.1, logits=np.zeros(3))  # |W|^2 / D about 1e4
+    same = dict(loc=np.zeros((3, d)), cov_factor=np.broadcast_to(rng.normal(size=(d, 2)), (3, d, 2)).copy(),
+                cov_diag=np.ones((3, d)), logits=np.array([0.0, 1.0, -1.0]))
+    return cases + [narrow, long, same]
+
+
+@pytest.mark.parametrize("case", range(7), ids=["random-1", "random-2", "random-3", "random-4", "narrow-inside-wide",
+                                               "long-factors", "equal-components"])
+def test_native_bounds_pair_terms_are_bounds_of_the_dense_ones(case):
+    """The pairwise terms of the low-rank bounds (Woodbury and the determinant lemma, no d x d
+    matrix) against NumPy float64 ones from the dense covariances (an independent
+    implementation): equal within float64 rounding, and in float32 on the side that keeps
+    each bound a bound (Bhattacharyya from below, ln N and KL from above) and within 5e-3 of
+    it (relative to 1 + its size). Fails with the rounding margins removed (float32)."""
+    p = _pair_cases()[case]
+    c = _cast(p)
+    got = [np.asarray(x, np.float64) for x in lowrank_kernel.pair_terms(c["loc"], c["cov_factor"], c["cov_diag"])]
+    want = _np_pair_terms(p)
+    scale = [np.abs(w) + 1.0 for w in want]
+    if X64:
+        for g, w, s in zip(got, want, scale):
+            np.testing.assert_array_less(np.abs(g - w), 1e-9 * s)
+        return
+    bhatt, log_n, kl = got
+    assert np.all(bhatt <= want[0] + 1e-7 * scale[0]) and np.all(log_n >= want[1] - 1e-7 * scale[1])
+    assert np.all(kl >= want[2] - 1e-7 * scale[2])
+    for g, w, s in zip(got, want, scale):
+        np.testing.assert_array_less(np.abs(g - w), 5e-3 * s)
+
+
+def _np_bounds(p):
+    """NumPy float64 ``(lower, upper)`` from the dense covariances: the larger of Huber's and
+    the pairwise Bhattacharyya lower bounds, the smallest of Huber's, the pairwise KL and the
+    moment-matched upper bounds (the formulas of numpyro_gmm._kernels.bounds)."""
+    bhatt, log_n, kl = _np_pair_terms(p)
+    mu, cov = p["loc"], _dense(p)
+    log_w = p["logits"] - logsumexp(p["logits"])
+    w, d = np.exp(log_w), mu.shape[1]
+    h = 0.5 * (d * (np.log(2 * np.pi) + 1) + np.array([np.linalg.slogdet(c)[1] for c in cov]))
+    mean = w @ mu
+    mix = np.einsum("k,kij->ij", w, cov) + np.einsum("k,ki,kj->ij", w, mu - mean, mu - mean)
+    lower = max(-w @ logsumexp(log_w + log_n, axis=1), w @ h - w @ logsumexp(log_w - bhatt, axis=1))
+    upper = min(w @ (h - log_w), w @ h - w @ logsumexp(log_w - kl, axis=1),
+                0.5 * (d * (np.log(2 * np.pi) + 1) + np.linalg.slogdet(mix)[1]))
+    return lower, upper
+
+
+@pytest.mark.parametrize("case", range(7), ids=["random-1", "random-2", "random-3", "random-4", "narrow-inside-wide",
+                                               "long-factors", "equal-components"])
+def test_native_bounds_contain_the_float64_bounds_and_the_default(case):
+    """``lowrank_entropy_bounds`` (no d x d matrix) against NumPy float64 bounds of the dense
+    covariances: its lower bound at most theirs (the same pairwise and Huber bounds, and a
+    relaxed one), within float64 rounding of it in float64; its upper bound at least theirs
+    (its moment-matched bound is relaxed); in float32 at most 0.01 nats wider. It contains the
+    default entropy (the low-rank rule, clipped to a sub-bracket). The dense path's own
+    float32 bounds miss the truth for the long factors (|W|^2 / D about 5e4: 0.0024 nats
+    below it, the reason for LOWRANK_DENSE_FLOAT32_MAX_ELONGATION); these do not."""
+    p = _pair_cases()[case]
+    c = _cast(p)
+    lower, upper = (float(x) for x in lowrank_entropy_bounds(c["logits"], c["loc"], c["cov_factor"], c["cov_diag"]))
+    want_lower, want_upper = _np_bounds(p)
+    tol = 1e-9 * (1.0 + abs(want_upper))
+    assert lower <= want_lower + tol and upper >= want_upper - tol
+    if X64:
+        assert lower >= want_lower - tol
+    assert upper - lower <= want_upper - want_lower + (1e-9 if X64 else 0.01)
+    low = GaussianMixture(c["loc"], cov_factor=c["cov_factor"], cov_diag=c["cov_diag"], logits=c["logits"])
+    assert lower <= float(low.entropy()) <= upper
 
 
 def _elongated(spike_diag, seed=0):
@@ -422,6 +524,11 @@ def test_high_dimension_against_monte_carlo():
     mc += const
     assert se < 0.003
     assert abs(float(h) - mc) < 0.01 + 4 * se, (float(h), mc, se)
+    # entropy_bounds without the dense covariances (beyond LOWRANK_DENSE_MAX_DIM): the bracket
+    # contains the Monte Carlo truth and the default entropy
+    lower, upper = GaussianMixture(c["loc"], cov_factor=c["cov_factor"], cov_diag=c["cov_diag"],
+                                   logits=c["logits"]).entropy_bounds()
+    assert float(lower) - 4 * se <= mc <= float(upper) + 4 * se and float(lower) <= float(h) <= float(upper)
 
 
 # ------------------------------------------------------------------ autoguide

@@ -35,10 +35,12 @@ from numpyro.util import not_jax_tracer
 from .entropy import (
     DEFAULT_METHOD,
     ENTROPY_METHODS,
+    LOWRANK_DENSE_MAX_DIM,
     check_lowrank_dense_dim,
     check_lowrank_dense_elongation,
     dense_lowrank_tril,
     entropy_bounds,
+    lowrank_entropy_bounds,
     mixture_entropy,
 )
 from ._kernels import lowrank as _lowrank
@@ -307,9 +309,11 @@ class GaussianMixture(MixtureSameFamily):
     :class:`~numpyro.distributions.LowRankMultivariateNormal` whose ``log_prob`` uses the
     Woodbury identity, and ``log_prob``, ``sample``, ``mean``, ``variance`` and the default
     :meth:`entropy` never form a ``d x d`` matrix (``O(K d r)`` per point; the entropy
-    ``O(K^2 M d r)``, :func:`numpyro_gmm.lowrank_mixing_qmc_entropy`); the other entropy
-    estimators and :meth:`entropy_bounds` use the dense covariances and are refused with a
-    ``ValueError`` beyond ``d = LOWRANK_DENSE_MAX_DIM`` (100), and :attr:`covariance_matrix`,
+    ``O(K^2 M d r)``, :func:`numpyro_gmm.lowrank_mixing_qmc_entropy`), nor does
+    :meth:`entropy_bounds` beyond ``d = LOWRANK_DENSE_MAX_DIM`` (100;
+    :func:`numpyro_gmm.lowrank_entropy_bounds`, ``O(K^2 d r^2)``; up to it the dense
+    covariances' bounds); the other entropy estimators use the dense covariances and are
+    refused with a ``ValueError`` beyond that dimension, and :attr:`covariance_matrix`,
     :attr:`scale_tril` and :attr:`component_covariance_matrix` are ``d x d`` by definition;
     this class adds :meth:`entropy` (by the estimators of :mod:`numpyro_gmm.entropy`), the
     mixture's :attr:`covariance_matrix` and :meth:`from_mixture`.
@@ -640,9 +644,15 @@ class GaussianMixture(MixtureSameFamily):
         The tightest of the certified bounds of :func:`numpyro_gmm.entropy.entropy_bounds`
         (Huber et al. 2008, Kolchinsky & Tracey 2017, the moment-matched Gaussian, and the
         Taylor lower bound of Dahlke & Pacheco at ``order``; ``None``: the configured
-        ``entropy_order`` or the default). Each has shape ``batch_shape``.
+        ``entropy_order`` or the default). Each has shape ``batch_shape``. Low-rank
+        components beyond ``d = LOWRANK_DENSE_MAX_DIM``: the same pairwise and Huber bounds
+        without a ``d x d`` matrix, and the moment-matched one relaxed
+        (:func:`numpyro_gmm.lowrank_entropy_bounds`).
         """
         order = self._entropy_order if order is None else order
+        if self._is_lowrank and self.loc.shape[-1] > LOWRANK_DENSE_MAX_DIM:
+            check_int("order", order if order is not None else 1, 1)
+            return self._over_batch(lowrank_entropy_bounds, {})  # no d x d matrix
         return self._over_batch(entropy_bounds, {} if order is None else {"order": order})
 
     def _over_batch(self, method, options):
@@ -658,7 +668,7 @@ class GaussianMixture(MixtureSameFamily):
             factor = (comp.cov_factor, comp.cov_diag)
             r = comp.cov_factor.shape[-1]
             fshapes = ((K, d, r), (K, d))
-            if method not in ("auto", "mixing_qmc"):  # dense d x d factors: refused past the limits
+            if method not in ("auto", "mixing_qmc", lowrank_entropy_bounds):  # dense d x d factors: refused past the limits
                 name = method if isinstance(method, str) else "entropy_bounds"
                 check_lowrank_dense_dim(K, d, r, name)
                 check_lowrank_dense_elongation(comp.cov_factor, comp.cov_diag, name)
@@ -854,7 +864,7 @@ def _batched_entropy(logits, loc, factor, key, dynamic_options, *, method, diag,
             kw["key"] = k
         fn = partial(mixture_entropy, method=method) if isinstance(method, str) else method
         if diag == "lowrank":
-            if isinstance(method, str):
+            if isinstance(method, str) or method is lowrank_entropy_bounds:
                 return fn(lg, lc, cov_factor=f[0], cov_diag=f[1], **kw)
             return fn(lg, lc, dense_lowrank_tril(lg, lc, f[0], f[1]), **kw)  # entropy_bounds
         if diag:

@@ -108,7 +108,9 @@ LEGENDRE_ACCURATE_MAX_DIM = 3
 #: Largest dimension at which the estimators other than the mixing rule (``"auto"``,
 #: ``"mixing_qmc"``) accept low-rank components (``cov_factor``, ``cov_diag``): they run on
 #: the dense Cholesky factors of ``W W^T + diag D`` (``K`` matrices ``d x d``; the bounds cost
-#: ``O(K^2 d^3)``). Beyond it they raise ``ValueError`` before allocating.
+#: ``O(K^2 d^3)``). Beyond it they raise ``ValueError`` before allocating, except
+#: ``GaussianMixture.entropy_bounds``, which there works on the factors
+#: (:func:`lowrank_entropy_bounds`).
 LOWRANK_DENSE_MAX_DIM = 100
 #: The largest elongation ``max_k,i |W_k[i]|^2 / D_k[i]`` of low-rank components whose dense
 #: float32 factors those estimators use. The factor ``sqrt(D) chol(I + V V^T)``,
@@ -932,6 +934,37 @@ def lowrank_mixing_qmc_entropy(
     dtype = jnp.dtype(float_dtype(logits, locs, cov_factor, cov_diag))
     num_points = check_int("num_points", num_points, 1)
     return _lowrank_compiled(logits, locs, cov_factor, cov_diag, key, dtype=dtype, num_points=num_points)
+
+
+@functools.partial(jax.jit, static_argnames=("dtype",))
+def _lowrank_bounds_compiled(logits, locs, cov_factor, cov_diag, *, dtype):
+    """:func:`lowrank_entropy_bounds` after validation, one program per shape."""
+    logits, locs, cov_factor, cov_diag = (jnp.asarray(x, dtype) for x in (logits, locs, cov_factor, cov_diag))
+    ok = (
+        all_finite(locs, cov_factor, cov_diag)
+        & jnp.all(cov_diag > 0)
+        & ~jnp.any(jnp.isnan(logits) | (logits == jnp.inf))
+    )
+    bounds = _lowrank.entropy_bounds(log_softmax(logits), locs, cov_factor, cov_diag)
+    return tuple(jnp.where(ok, b, jnp.asarray(jnp.nan, b.dtype)) for b in bounds)
+
+
+def lowrank_entropy_bounds(logits: Array, locs: Array, cov_factor: Array, cov_diag: Array) -> tuple[Array, Array]:
+    r"""Certified ``(lower, upper)`` bounds on the entropy of a mixture of low-rank-plus-diagonal
+    components ``Sigma_k = W_k W_k^T + diag(D_k)`` (``cov_factor = W (K, d, r)``, ``cov_diag =
+    D (K, d)``), without a ``d x d`` matrix: the bounds of :func:`entropy_bounds` (Huber's
+    pair, Kolchinsky & Tracey's pairwise Bhattacharyya and Kullback-Leibler bounds; the
+    moment-matched bound relaxed to the one the low-rank rule is clipped to) by the
+    determinant lemma and Woodbury's identity on each pair, with their rounding bounded
+    outwards (:func:`numpyro_gmm._kernels.lowrank.entropy_bounds`). ``O(K^2 d r^2)``
+    operations; memory of one block of rows of pairs at a time, for any ``K`` and ``d``.
+    ``GaussianMixture.entropy_bounds`` uses it for low-rank components beyond
+    ``d = LOWRANK_DENSE_MAX_DIM``, where the dense covariances of :func:`entropy_bounds` are
+    refused. NaN (both) when a parameter is not finite or ``cov_diag`` is not positive.
+    """
+    _check_lowrank(logits, locs, cov_factor, cov_diag)
+    dtype = jnp.dtype(float_dtype(logits, locs, cov_factor, cov_diag))
+    return _lowrank_bounds_compiled(logits, locs, cov_factor, cov_diag, dtype=dtype)
 
 
 def dense_lowrank_tril(logits, locs, cov_factor, cov_diag, *, method: str = "this estimator") -> Array:

@@ -1,0 +1,65 @@
+"""``GaussianMixture.entropy_bounds()`` of low-rank components beyond ``LOWRANK_DENSE_MAX_DIM``
+(``numpyro_gmm.lowrank_entropy_bounds``: no ``d x d`` matrix): first call, time per call,
+XLA's planned memory, the bracket's width, and whether the default entropy lies inside it.
+
+Mixtures: ``K`` components with means ``N(0, s^2 I)`` (``s = 1``: far apart in high
+dimension; ``s = 0.02``: overlapping), ``W ~ N(0, 0.1^2)`` of rank ``r``, ``D ~ U(0.5, 1.5)``.
+
+Usage::
+
+    python benchmarks/lowrank_bounds.py [--sizes 4x1000x4,4x10000x8,32x1000x4,128x1000x4]
+    JAX_ENABLE_X64=1 python benchmarks/lowrank_bounds.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from numpyro_gmm import GaussianMixture
+from numpyro_gmm._kernels import lowrank as lowrank_kernel
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", default="4x200x2,4x1000x4,4x10000x8,32x1000x4,128x200x2,128x1000x4",
+                   help="comma-separated KxDxR")
+    p.add_argument("--spreads", default="1,0.02")
+    a = p.parse_args(argv)
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    print(f"devices: {jax.devices()}; {jnp.dtype(dtype).name}; first call = compilation + one run, "
+          "per call = best of 3; memory = XLA's planned arguments + outputs + temporaries\n")
+    print("| K | d | r | means' spread | first call (s) | per call (ms) | memory (MiB) | lower | upper | width | default inside |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for size in a.sizes.split(","):
+        K, d, r = map(int, size.split("x"))
+        for spread in map(float, a.spreads.split(",")):
+            rng = np.random.default_rng(0)
+            mix = GaussianMixture(jnp.asarray(rng.normal(size=(K, d)) * spread, dtype),
+                                  cov_factor=jnp.asarray(rng.normal(size=(K, d, r)) * 0.1, dtype),
+                                  cov_diag=jnp.asarray(rng.uniform(0.5, 1.5, (K, d)), dtype),
+                                  logits=jnp.asarray(rng.normal(size=K), dtype))
+            jax.clear_caches()
+            t = time.perf_counter()
+            lower, upper = (float(x) for x in mix.entropy_bounds())
+            first = time.perf_counter() - t
+            best = np.inf
+            for _ in range(3):
+                t = time.perf_counter()
+                jax.block_until_ready(mix.entropy_bounds())
+                best = min(best, time.perf_counter() - t)
+            compiled = jax.jit(lambda lg, m, w, dg: lowrank_kernel.entropy_bounds(jax.nn.log_softmax(lg), m, w, dg)).lower(
+                mix.logits, mix.loc, mix.cov_factor, mix.cov_diag).compile()
+            mem = compiled.memory_analysis()
+            mib = (mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes) / 2**20
+            h = float(mix.entropy())
+            print(f"| {K} | {d} | {r} | {spread:g} | {first:.2f} | {1e3 * best:.1f} | {mib:.1f} | {lower:.4f} | "
+                  f"{upper:.4f} | {upper - lower:.2e} | {'yes' if lower <= h <= upper else 'NO'} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
