@@ -344,6 +344,23 @@ def test_native_bounds_pair_terms_are_bounds_of_the_dense_ones(case):
         np.testing.assert_array_less(np.abs(g - w), 5e-3 * s)
 
 
+@pytest.mark.parametrize("d", [1, 7, 1001])
+def test_blocked_gram_against_numpy(d):
+    """``blocked_gram`` (float32: blocks of ceil(sqrt(d)) and a tree of partial sums) against
+    NumPy's float64 product: every entry within ``n eps`` of the sum of its terms' magnitudes,
+    ``n`` the length it reports (``ceil(sqrt(d)) + ceil(log2(blocks))`` in float32, ``d`` in
+    float64)."""
+    rng = np.random.default_rng(d)
+    x, y = rng.normal(size=(3, d, 2)), rng.normal(size=(3, d, 4))
+    got, n = lowrank_kernel.blocked_gram(jnp.asarray(x, ftype()), jnp.asarray(y, ftype()))
+    xs, ys = np.asarray(x, ftype()).astype(float), np.asarray(y, ftype()).astype(float)
+    want = np.einsum("kdp,kdq->kpq", xs, ys)
+    size = np.einsum("kdp,kdq->kpq", np.abs(xs), np.abs(ys))
+    b = int(np.ceil(np.sqrt(d)))
+    assert n == (d if X64 else b + int(np.ceil(np.log2(-(-d // b)))))
+    assert np.all(np.abs(np.asarray(got, float) - want) <= n * np.finfo(ftype()).eps * size + 1e-300)
+
+
 def _np_bounds(p):
     """NumPy float64 ``(lower, upper)`` from the dense covariances: the larger of Huber's and
     the pairwise Bhattacharyya lower bounds, the smallest of Huber's, the pairwise KL and the
