@@ -407,7 +407,17 @@ def _separated_mixture_model(locs, sds, masses):
     return model
 
 
-def _exact_fit_setup(covariance, logits):
+#: Masses of the separated target of the exact-fit tests, and the guide's logits there.
+EXACT_FIT_MASSES = np.array([0.5, 0.3, 0.2])
+EXACT_FIT_LOGITS = np.array([0.4, -0.1, 0.2])
+
+
+def _exact_fit_weights():
+    """``(masses, w)``: the target's masses and the guide's weights ``softmax(EXACT_FIT_LOGITS)``."""
+    return EXACT_FIT_MASSES, np.exp(EXACT_FIT_LOGITS - logsumexp(EXACT_FIT_LOGITS))
+
+
+def _exact_fit_setup(covariance, logits=EXACT_FIT_LOGITS):
     """``(model, guide, params)``: three Gaussians 40 sds apart (masses 0.5, 0.3, 0.2),
     d = 4, and a guide of three components equal to the target's (low rank: W = 0) with
     the given logits."""
@@ -415,7 +425,7 @@ def _exact_fit_setup(covariance, logits):
     d, r = 4, 2
     sds = np.random.default_rng(3).uniform(0.5, 2.0, (3, d))
     locs = np.array([-40.0, 0.0, 40.0])[:, None] * np.ones(d) * 2.0
-    model = _separated_mixture_model(locs.astype(dt), sds.astype(dt), np.array([0.5, 0.3, 0.2], dt))
+    model = _separated_mixture_model(locs.astype(dt), sds.astype(dt), EXACT_FIT_MASSES.astype(dt))
     guide = AutoGaussianMixture(model, num_components=3, covariance=covariance, init_method="spread",
                                 **({"rank": r} if covariance == "lowrank" else {}))
     setup_guide(guide, model)
@@ -438,10 +448,8 @@ def test_weight_control_variate_removes_the_noise_of_the_weights_at_an_exact_fit
     # for every key, -w_j (a_j - sum_k w_k a_k) with a_k = ln m_k - ln w_k (the exact ELBO
     # sum_k w_k (ln m_k - ln w_k) + const, the components not overlapping). Without the
     # control variate the same gradient scatters by the chi-square noise of ln N_k(z_k).
-    logits = np.array([0.4, -0.1, 0.2])
-    model, guide, params = _exact_fit_setup(covariance, logits)
-    masses = np.array([0.5, 0.3, 0.2])
-    w = np.exp(logits - logsumexp(logits))
+    model, guide, params = _exact_fit_setup(covariance)
+    masses, w = _exact_fit_weights()
     a = np.log(masses) - np.log(w)
     exact = -w * (a - w @ a)  # the gradient of the loss (minus the ELBO)
     keys = jax.random.split(jax.random.PRNGKey(0), 64)
@@ -462,7 +470,7 @@ def test_path_gradient_removes_the_noise_of_the_components_at_an_exact_fit(covar
     # ln q is constant near each component (ln m_k - ln w_k up to e^-800), so the path
     # derivative of the components' parameters is zero for every key; without it the same
     # gradients scatter by the noise of ln p(z_k) against the entropy's exact gradient.
-    model, guide, params = _exact_fit_setup(covariance, [0.4, -0.1, 0.2])
+    model, guide, params = _exact_fit_setup(covariance)
     keys = jax.random.split(jax.random.PRNGKey(0), 64)
 
     def component_grads(elbo):
@@ -659,10 +667,8 @@ def test_value_control_variate_gives_the_exact_elbo_at_an_exact_fit_and_changes_
     # H_k, and the entropy rule's mixing term is 0); without it the loss scatters by the
     # chi-square noise of ln N_k(z_k) around the same mean (4 standard errors). The
     # gradients are the same with and without it, key by key.
-    logits = np.array([0.4, -0.1, 0.2])
-    model, guide, params = _exact_fit_setup(covariance, logits)
-    masses = np.array([0.5, 0.3, 0.2])
-    w = np.exp(logits - logsumexp(logits))
+    model, guide, params = _exact_fit_setup(covariance)
+    masses, w = _exact_fit_weights()
     exact = float(np.sum(w * (np.log(w) - np.log(masses))))
     keys = jax.random.split(jax.random.PRNGKey(0), 256)
 
