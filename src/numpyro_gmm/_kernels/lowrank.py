@@ -372,7 +372,7 @@ def _log_dets(cov_factor: Array, cov_diag: Array):
     """``(sum ln D_k, ln|C_k| from below, ln|C_k| from above)``, ``(K,)`` each
     (``ln|Sigma_k| = sum ln D_k + ln|C_k|``, ``C_k = I + W_k^T D_k^-1 W_k``)."""
     gram, length = blocked_gram(cov_factor / cov_diag[..., None], cov_factor)
-    return (jnp.sum(jnp.log(cov_diag), -1), *log_det_identity_plus_bracket(gram, length))
+    return (jnp.sum(jnp.log(cov_diag), -1), *log_det_identity_plus_bracket(gram, length, by_entries=True))
 
 
 def pair_terms(locs: Array, cov_factor: Array, cov_diag: Array) -> tuple[Array, Array, Array]:
@@ -401,7 +401,7 @@ def pair_terms(locs: Array, cov_factor: Array, cov_diag: Array) -> tuple[Array, 
         b = jnp.concatenate([jnp.broadcast_to(w_i, cov_factor.shape), cov_factor], -1) * (0.5**0.5)  # (K, d, 2r)
         be = b / e[..., None]
         gram, length = blocked_gram(b, be)
-        a_lo, _ = log_det_identity_plus_bracket(gram, length)
+        a_lo, _ = log_det_identity_plus_bracket(gram, length, by_entries=True)
         a_tril = cholesky(jnp.eye(2 * r, dtype=b.dtype) + gram)
         v = tril_solve(a_tril, jnp.einsum("kdr,kd->kr", be, delta))
         plus, minus = jnp.sum(jnp.square(delta) / e, -1), jnp.sum(jnp.square(v), -1)
