@@ -255,8 +255,8 @@ def log_det_identity_plus_bracket(gram: Array, dot_length: int, by_entries: bool
       eps tr G + (s + 1) eps tr A``: ``e = sqrt(s) eps ((s + 1)(s + tr G) + (t + 6) tr G)``.
       Tight where ``G`` is small; grows with ``G``'s size.
     * By entries (``by_entries=True``; it costs a second factorisation and a triangular
-      inverse, about 0.1-0.3 s more compilation of the default entropy's caps, which do not
-      use it): with ``|E_jk| <= c_G sqrt(G_jj G_kk) + c_A sqrt(A_jj A_kk)`` (``c_G = (t +
+      inverse, so the default entropy's caps, compiled into every fixed rule, do not use
+      it): with ``|E_jk| <= c_G sqrt(G_jj G_kk) + c_A sqrt(A_jj A_kk)`` (``c_G = (t +
       6) eps``, ``c_A = (s + 1) eps``), ``||F||_F <= c_G V_G + c_A V_A``, ``V_X = (sum_j
       sqrt((A^-1)_jj X_jj))^2`` (``|(A^-1)_ij| <= sqrt((A^-1)_ii (A^-1)_jj)``): ``e = sqrt(s)
       (c_G V_G + c_A V_A)``, which grows with the variance inflation of ``A``'s columns, not
