@@ -311,8 +311,9 @@ class GaussianMixture(MixtureSameFamily):
     :meth:`entropy` never form a ``d x d`` matrix (``O(K d r)`` per point; the entropy
     ``O(K^2 M d r)``, :func:`numpyro_gmm.lowrank_mixing_qmc_entropy`), nor does
     :meth:`entropy_bounds` beyond ``d = LOWRANK_DENSE_MAX_DIM`` (100;
-    :func:`numpyro_gmm.lowrank_entropy_bounds`, ``O(K^2 d r^2)``; up to it the dense
-    covariances' bounds); the other entropy estimators use the dense covariances and are
+    :func:`numpyro_gmm.lowrank_entropy_bounds`, ``O(K^2 d r^2)``, also in float32 at any
+    ``d``; float64 up to it: the dense covariances' bounds); the other entropy estimators
+    use the dense covariances and are
     refused with a ``ValueError`` beyond that dimension, and :attr:`covariance_matrix`,
     :attr:`scale_tril` and :attr:`component_covariance_matrix` are ``d x d`` by definition;
     this class adds :meth:`entropy` (by the estimators of :mod:`numpyro_gmm.entropy`), the
@@ -645,12 +646,13 @@ class GaussianMixture(MixtureSameFamily):
         (Huber et al. 2008, Kolchinsky & Tracey 2017, the moment-matched Gaussian, and the
         Taylor lower bound of Dahlke & Pacheco at ``order``; ``None``: the configured
         ``entropy_order`` or the default). Each has shape ``batch_shape``. Low-rank
-        components beyond ``d = LOWRANK_DENSE_MAX_DIM``: the same pairwise and Huber bounds
-        without a ``d x d`` matrix, and the moment-matched one relaxed
-        (:func:`numpyro_gmm.lowrank_entropy_bounds`).
+        components beyond ``d = LOWRANK_DENSE_MAX_DIM``, and in float32 at any ``d``: the
+        same pairwise and Huber bounds without a ``d x d`` matrix, and the moment-matched one
+        relaxed (:func:`numpyro_gmm.lowrank_entropy_bounds`; float32 dense factors lose the
+        short directions of elongated components, ``LOWRANK_DENSE_FLOAT32_MAX_ELONGATION``).
         """
         order = self._entropy_order if order is None else order
-        if self._is_lowrank and self.loc.shape[-1] > LOWRANK_DENSE_MAX_DIM:
+        if self._is_lowrank and (self.loc.shape[-1] > LOWRANK_DENSE_MAX_DIM or self.loc.dtype == jnp.float32):
             check_int("order", order if order is not None else 1, 1)
             return self._over_batch(lowrank_entropy_bounds, {})  # no d x d matrix
         return self._over_batch(entropy_bounds, {} if order is None else {"order": order})

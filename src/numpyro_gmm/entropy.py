@@ -109,8 +109,8 @@ LEGENDRE_ACCURATE_MAX_DIM = 3
 #: ``"mixing_qmc"``) accept low-rank components (``cov_factor``, ``cov_diag``): they run on
 #: the dense Cholesky factors of ``W W^T + diag D`` (``K`` matrices ``d x d``; the bounds cost
 #: ``O(K^2 d^3)``). Beyond it they raise ``ValueError`` before allocating, except
-#: ``GaussianMixture.entropy_bounds``, which there works on the factors
-#: (:func:`lowrank_entropy_bounds`).
+#: ``GaussianMixture.entropy_bounds``, which there (and in float32 at any ``d``) works on
+#: the factors (:func:`lowrank_entropy_bounds`).
 LOWRANK_DENSE_MAX_DIM = 100
 #: The largest elongation ``max_k,i |W_k[i]|^2 / D_k[i]`` of low-rank components whose dense
 #: float32 factors those estimators use. The factor ``sqrt(D) chol(I + V V^T)``,
@@ -122,6 +122,8 @@ LOWRANK_DENSE_MAX_DIM = 100
 #: off by as much with a standard error of 2e-6 to 1e-5, while the default (the low-rank
 #: mixing rule, on the factors themselves) stayed within 1e-6. Beyond it, float32 inputs
 #: raise ``ValueError`` (concrete values) or give NaN (traced ones); float64 has no limit.
+#: ``GaussianMixture.entropy_bounds`` of float32 low-rank components works on the factors
+#: instead (:func:`lowrank_entropy_bounds`), at any elongation.
 LOWRANK_DENSE_FLOAT32_MAX_ELONGATION = 1e4
 #: Name of the default estimator of :func:`mixture_entropy` and ``GaussianMixture.entropy``.
 DEFAULT_METHOD = "auto"
