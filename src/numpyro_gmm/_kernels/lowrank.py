@@ -375,7 +375,8 @@ def _log_dets(cov_factor: Array, cov_diag: Array):
     return (jnp.sum(jnp.log(cov_diag), -1), *log_det_identity_plus_bracket(gram, length, by_entries=True))
 
 
-def pair_terms(locs: Array, cov_factor: Array, cov_diag: Array) -> tuple[Array, Array, Array]:
+def pair_terms(locs: Array, cov_factor: Array, cov_diag: Array, p: Array | None = None,
+               log_dets: tuple[Array, Array, Array] | None = None) -> tuple[Array, Array, Array]:
     r"""``(K, K)`` pairwise terms of :func:`entropy_bounds`, each rounded in the direction that
     keeps the bounds bounds: the Bhattacharyya distances ``D_B(N_i, N_j)`` from below, ``ln
     N(mu_i; mu_j, Sigma_i + Sigma_j)`` from above, ``KL(N_i || N_j)`` from above; a component
@@ -387,12 +388,13 @@ def pair_terms(locs: Array, cov_factor: Array, cov_diag: Array) -> tuple[Array, 
     gives ``tr(Sigma_j^-1 Sigma_i) = sum (D_i + rowsum W_i^2) / D_j - sum D_i rowsum P_j^2 -
     |W_i^T P_j|^2`` and ``Delta^T Sigma_j^-1 Delta``. Each Woodbury difference ``plus -
     minus`` is moved by ``16 eps (plus + minus)``, each ``ln|I + G|`` and ``ln|C_k|`` by its
-    rounding bracket."""
+    rounding bracket. ``p`` (:func:`woodbury_factor`) and ``log_dets`` (:func:`_log_dets`):
+    computed here unless given."""
     K, d = locs.shape
     r = cov_factor.shape[-1]
     eps = jnp.finfo(locs.dtype).eps
-    log_d, ld_c_lo, ld_c_hi = _log_dets(cov_factor, cov_diag)
-    p = woodbury_factor(cov_factor, cov_diag)  # (K, d, r)
+    log_d, ld_c_lo, ld_c_hi = _log_dets(cov_factor, cov_diag) if log_dets is None else log_dets
+    p = woodbury_factor(cov_factor, cov_diag) if p is None else p  # (K, d, r)
 
     def row(args):  # component i against every j: (K,) Bhattacharyya (lower), ln N (upper), KL (upper)
         mu_i, w_i, d_i, c_lo_i, c_hi_i = args
@@ -460,17 +462,17 @@ def entropy_bounds(log_weights: Array, locs: Array, cov_factor: Array, cov_diag:
     widens them; a term that is not finite is dropped. Inputs: ``log_weights`` normalised;
     the result in the inputs' units (the work is done in rescaled ones, :func:`rescaled`).
     """
-    K, d = locs.shape
+    d = locs.shape[-1]
     locs, cov_factor, cov_diag, d_log_c = rescaled(locs, cov_factor, cov_diag)
     eps = jnp.finfo(locs.dtype).eps
     w = jnp.exp(log_weights)
     safe_log_w = jnp.where(w > 0, log_weights, 0.0)
     cap = capacitance_tril(cov_factor, cov_diag)
     p, log_det = woodbury_factor(cov_factor, cov_diag, cap), log_det_cov(cov_factor, cov_diag, cap)
-    log_d, ld_c_lo, ld_c_hi = _log_dets(cov_factor, cov_diag)
+    log_dets = log_d, ld_c_lo, ld_c_hi = _log_dets(cov_factor, cov_diag)
     const = 0.5 * d * (LOG_2PI + 1.0)
     h_lo, h_hi = const + 0.5 * (log_d + ld_c_lo), const + 0.5 * (log_d + ld_c_hi)
-    bhatt, log_n, kl = pair_terms(locs, cov_factor, cov_diag)
+    bhatt, log_n, kl = pair_terms(locs, cov_factor, cov_diag, p, log_dets)
 
     def pairwise(h, divergence):  # Kolchinsky & Tracey
         return jnp.sum(w * h) - jnp.sum(w * logsumexp(log_weights[None, :] - divergence, axis=1))
