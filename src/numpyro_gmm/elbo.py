@@ -519,8 +519,8 @@ class TraceEntropy_ELBO(ELBO):
                 # draws, the mixture's density frozen (its value: the terms' own), scaled like
                 # the site's entropy
                 log_q = scale_and_mask(_frozen(mixture).log_prob(z), site["scale"])
-                path = jnp.sum(frozen * (per_component - log_q))
-                terms = path - jax.lax.stop_gradient(path) + jax.lax.stop_gradient(jnp.sum(frozen * per_component))
+                # value sum_k w_k L_k, gradient that of sum_k w_k (L_k - ln q(z_k))
+                terms = jnp.sum(frozen * (per_component - log_q)) + jax.lax.stop_gradient(jnp.sum(frozen * log_q))
                 entropy = entropy_of(_frozen(mixture, but_weights=True), site, entropy_key)
             else:
                 terms = jnp.sum(frozen * per_component)
