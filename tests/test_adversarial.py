@@ -534,6 +534,71 @@ def test_lower_bounds_of_very_thin_components_in_float32(seed, cond):
     assert hi - lo > 0.5 * (hi64 - lo64)  # not collapsed
 
 
+# Standard-deviation ratios of the thin Gaussians below: float64 fails the same way at larger ones.
+THIN_RATIOS = (1e4, 1e6, 1e8) if X64 else (1e2, 1e3, 1e4)
+
+
+def _rotated_thin_factor(d, ratio, seed):
+    """A Cholesky factor (in the pass's dtype) of a covariance with standard deviations 1 and
+    ``1 / ratio`` (``d - 1`` of them) along random orthogonal axes, and the entropy of exactly
+    that factor's Gaussian, ``d/2 ln(2 pi e) + sum ln|L_ii|``, in float64 (closed form)."""
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    sds = np.full(d, 1.0 / ratio)
+    sds[0] = 1.0
+    tril = jnp.asarray(np.linalg.cholesky((q * sds**2) @ q.T), F)
+    return tril, _gauss_entropy(d, 2.0 * float(np.sum(np.log(np.abs(np.diag(np.asarray(tril, np.float64)))))))
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_one_thin_gaussian_default_and_bounds_against_its_closed_form(d):
+    """One component of standard deviations 1 and 1e-2 .. 1e-4 (float64: 1e-4 .. 1e-8) along
+    rotated axes: the entropy is the closed form of its factor's diagonal. Before (float32), the 2 x 2
+    determinant ``a c - b^2`` of the fixed rule's cap (d <= 2) cancelled and pulled the default
+    down to 1.8e-3 (ratio 1e3) and 0.10 nats (1e4) below it, and ``entropy_bounds()``' upper
+    end, the moment-matched bound from a Cholesky factor of the formed covariance taken as
+    exact, lay below it by up to 2.6e-4 (d = 2), 0.13 (d = 3), 0.51 (d = 5); float64 at ratio
+    1e8: the default 0.22 off (d = 2), the upper end 0.98 below (d = 5). Now the default is
+    within its rounding and the certified bounds on their sides exactly."""
+    eps = float(jnp.finfo(F).eps)
+    for ratio in THIN_RATIOS:
+        for seed in range(4):
+            tril, truth = _rotated_thin_factor(d, ratio, seed)
+            gm = GaussianMixture(jnp.zeros((1, d), F), scale_tril=tril[None])
+            assert abs(float(gm.entropy()) - truth) <= 20 * eps * (1 + abs(truth)), (ratio, seed)
+            lo, hi = (float(x) for x in gm.entropy_bounds())
+            assert lo <= truth <= hi, (ratio, seed, lo, truth, hi)
+            assert float(moment_matched_upper_bound(jnp.zeros(1, F), gm.loc, gm.scale_tril)) >= truth
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_equal_thin_components_every_bound_on_its_side(d):
+    """Two and three equal components (random weights) of the thin Gaussians above: the
+    mixture is that Gaussian, so every certified bound has the closed form on its side (up
+    to the widening ``entropy_bounds()`` adds, ``16 eps (1 + |H|)``) and the default equals it.
+    Before (float32), the pairs' determinants came from Cholesky factors of the formed sums
+    ``Sigma_i + Sigma_j``, which lose the short directions the components share: the
+    Bhattacharyya lower bound was up to 7e-3 (ratio 1e3, d = 3) and 0.4 nats (1e4) above the
+    entropy, Huber's 4.5e-3 (d = 2, 1e4); float64 at 1e8: the Bhattacharyya bound 0.18 above
+    (d = 5), the moment-matched one 0.35 below (d = 2)."""
+    eps = float(jnp.finfo(F).eps)
+    rng = np.random.default_rng(7)
+    for ratio in THIN_RATIOS:
+        for seed in range(3):
+            tril, truth = _rotated_thin_factor(d, ratio, seed)
+            tol = 16 * eps * (1 + abs(truth))
+            for K in (2, 3):
+                logits = jnp.asarray(rng.normal(size=K), F)
+                args = (logits, jnp.zeros((K, d), F), jnp.broadcast_to(tril, (K, d, d)))
+                for method in ("huber_lower", "pairwise_bhattacharyya_lower"):
+                    assert float(mixture_entropy(*args, method=method)) <= truth + tol, (method, ratio, seed, K)
+                for method in ("huber_upper", "pairwise_kl_upper", "moment_matched_upper"):
+                    assert float(mixture_entropy(*args, method=method)) >= truth - tol, (method, ratio, seed, K)
+                lo, hi = (float(x) for x in entropy_bounds(*args))
+                assert lo <= truth <= hi, (ratio, seed, K, lo, truth, hi)
+                assert abs(float(auto_entropy(*args)) - truth) <= 20 * eps * (1 + abs(truth)), (ratio, seed, K)
+
+
 def test_thin_quadrature_is_exact_for_one_gaussian():
     tril = np.array([[[1.0, 0.0], [0.3, 0.01]]])
     assert abs(entropy_2d_conditional([1.0], [[0.0, 0.0]], tril) - _gauss_entropy(2, 2 * math.log(0.01))) < 1e-12

@@ -136,11 +136,14 @@ def test_entropy_bounds_bracket_the_truth_and_are_the_tightest(case):
 
 
 def test_one_gaussian_bounds_are_exact():
-    """For K = 1 the pairwise, Huber-upper and moment-matched values equal the closed form."""
+    """For K = 1 the pairwise and Huber-upper values equal the closed form; the moment-matched
+    bound does up to the bound on its rounding it adds (bounds.log_det_bracket: ``e = (t + s
+    + 7) eps s tr(C^-1)`` on ``ln|Sigma|``, float32 1.6e-3 nats here, d = 12), on the safe side."""
     case_id, _, _, truth = CASES[-1]
     values = evaluate(case_id)
-    for name in ("pairwise_bhattacharyya_lower", "huber_upper", "pairwise_kl_upper", "moment_matched_upper"):
+    for name in ("pairwise_bhattacharyya_lower", "huber_upper", "pairwise_kl_upper"):
         np.testing.assert_allclose(values[name], truth, rtol=1e-10 if X64 else 1e-5)
+    assert truth * (1 - (1e-10 if X64 else 1e-5)) <= values["moment_matched_upper"] <= truth + (1e-9 if X64 else 3e-3)
 
 
 @pytest.mark.skipif(not X64, reason="monotonicity at the 1e-12 level needs float64")

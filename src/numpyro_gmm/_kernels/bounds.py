@@ -60,14 +60,6 @@ def dense_tril(scale_tril: Array | None, scale: Array | None) -> Array:
     return scale_tril
 
 
-def _logdet_quad(cov: Array, diff: Array):
-    """``(ln|S|, diff^T S^-1 diff)`` for SPD ``S`` batched over leading axes."""
-    chol = cholesky(cov)
-    z = tril_solve(chol, diff)
-    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
-    return log_det, jnp.sum(jnp.square(z), -1)
-
-
 def log_abs_det(scale_tril: Array | None, scale: Array | None) -> Array:
     """``ln|L_i| = 1/2 ln|Sigma_i|`` from Cholesky factors or diagonal standard deviations,
     shape ``(K,)``."""
@@ -128,26 +120,40 @@ def _row_sum_log_quad(mu_i, v_i, locs, var, c):
 
 def _pair_logdet_quad(locs: Array, scale_tril: Array | None, scale: Array | None, c: float):
     """``(ln|S_ij|, dmu_ij^T S_ij^-1 dmu_ij)`` for ``S_ij = c (Sigma_i + Sigma_j)``, ``(K, K)``
-    each: by rows for diagonal covariances, by dense pairwise solves otherwise."""
+    each: by rows for diagonal covariances, in the coordinates whitened by ``L_j`` otherwise,
+
+    ``S_ij = c L_j (I + M M^T) L_j^T`` with ``M = L_j^-1 L_i`` (:func:`_whitened`), so
+    ``ln|S_ij| = d ln c + ln|Sigma_j| + ln|I + M M^T|`` and the quadratic form is
+    ``|chol(I + M M^T)^-1 L_j^-1 dmu|^2 / c``. ``I + M M^T`` has its eigenvalues ``>= 1``.
+    Factorising the formed sum ``Sigma_i + Sigma_j`` instead lost the short directions that
+    thin components share (error about ``cond * eps`` in ``ln|S|``): for two equal components
+    of standard deviations 1 and ``1e-3`` along rotated axes (float32) the Bhattacharyya lower
+    bound was up to ``7e-3`` nats above the entropy (``d = 3``; ``0.4`` at ``1e-4``), the
+    Huber lower bound ``4.5e-3`` (``d = 2``, ``1e-4``); whitened, both stay below it
+    (``tests/test_adversarial.py``). The self pairs, ``S_ii = 2 c Sigma_i``, in closed form."""
     locs = _centre(locs)
     if scale is not None:
         return _diagonal_rows(partial(_row_sum_log_quad, c=c), locs, jnp.square(scale))
-    diff, cov_sum = _pairs(locs, covariances(scale_tril, scale))
-    log_det, quad = _logdet_quad(c * cov_sum, diff)
-    # The self pairs in closed form, S_ii = 2 c Sigma_i: factorising the formed 2 c L_i L_i^T
-    # loses a thin component's short directions in float32 (error about cond * eps in ln|S|;
-    # measured: the Huber and Bhattacharyya lower bounds 4e-3 .. 0.39 nats too high at
-    # condition numbers 3e6 .. 1e8, above the entropy). Pairs of different components keep
-    # the formed sum, which is well conditioned unless both are thin in a common direction.
     d = locs.shape[-1]
-    self_log_det = d * jnp.log(2.0 * c) + 2.0 * log_abs_det(scale_tril, None)
+    m, z = _whitened(locs, scale_tril)
+    a = jnp.eye(d, dtype=locs.dtype) + m @ jnp.swapaxes(m, -1, -2)
+    chol = cholesky(0.5 * (a + jnp.swapaxes(a, -1, -2)))
+    ld = 2.0 * log_abs_det(scale_tril, None)  # ln|Sigma_j|
+    log_det = d * math.log(c) + ld[None, :] + 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
+    quad = jnp.sum(jnp.square(tril_solve(chol, z)), -1) / c
+    self_log_det = d * jnp.log(2.0 * c) + ld
     eye = jnp.eye(locs.shape[0], dtype=bool)
     return jnp.where(eye, self_log_det[:, None], log_det), jnp.where(eye, 0.0, quad)
 
 
-def _pairs(locs: Array, cov: Array):
-    diff = locs[:, None, :] - locs[None, :, :]  # (K, K, d): mu_i - mu_j
-    return diff, cov[:, None] + cov[None, :]  # Sigma_i + Sigma_j
+def _whitened(locs: Array, scale_tril: Array):
+    """``(M, z)``, ``(K, K, d, d)`` and ``(K, K, d)``: ``M[i, j] = L_j^-1 L_i`` and ``z[i, j] =
+    L_j^-1 (mu_i - mu_j)``, from the ``K`` inverses ``L_j^-1`` (not one per pair); shared by
+    the pairwise Kullback-Leibler, Bhattacharyya and Huber terms."""
+    inv = tril_inverse(scale_tril)
+    m = jnp.einsum("jab,ibc->ijac", inv, scale_tril)
+    z = jnp.einsum("jab,ijb->ija", inv, locs[:, None, :] - locs[None, :, :])
+    return m, z
 
 
 def _centre(locs: Array) -> Array:
@@ -199,12 +205,8 @@ def kl_divergences(locs, scale_tril, scale) -> Array:
             lambda mu_i, v_i, m, v: jnp.sum((v_i + jnp.square(mu_i - m)) / v, -1), locs, jnp.square(scale)
         )
         return 0.5 * (trace_quad - d + ld[None, :] - ld[:, None])
-    tril = dense_tril(scale_tril, scale)
-    diff = locs[:, None, :] - locs[None, :, :]  # mu_i - mu_j
-    inv = tril_inverse(tril)  # L_j^-1, one per component (not per pair)
-    m = jnp.einsum("jab,ibc->ijac", inv, tril)  # L_j^-1 L_i at [i, j]
+    m, z = _whitened(locs, scale_tril)  # L_j^-1 L_i and L_j^-1 (mu_i - mu_j) at [i, j]
     trace = jnp.sum(jnp.square(m), axis=(-1, -2))
-    z = jnp.einsum("jab,ijb->ija", inv, diff)
     return 0.5 * (trace + jnp.sum(jnp.square(z), -1) - d + ld[None, :] - ld[:, None])
 
 
@@ -309,27 +311,114 @@ def diagonal_moment_matched_log_det(log_weights: Array, dev: Array, scale: Array
     return jnp.minimum(jnp.sum(jnp.log(a)) + log_det_identity_plus_gram(u / jnp.sqrt(a)), hadamard)  # +inf if not finite
 
 
+def small_moment_matched_log_det(log_weights: Array, dev: Array, scale_tril: Array | None, scale: Array | None) -> Array:
+    r"""An upper bound on ``ln|Sigma_mix|`` in ``d <= 2``, exceeding the exact value by at most a
+    bound on its own rounding; ``dev (K, d)``: the deviations from the mixture's mean.
+
+    ``Sigma_mix = C C^T`` with the ``n = (d + 1) K`` columns ``c`` of ``sqrt(w_k) L_k`` and
+    ``sqrt(w_k) dev_k``, so (Cauchy-Binet) in 2-D
+
+    .. math::
+
+        |\Sigma_{mix}| = \sum_{i < j} (c_i \times c_j)^2, \qquad
+        c_i \times c_j = x_i y_j - y_i x_j,
+
+    a sum of squares (in 1-D, ``sum_i c_i^2``). The formed ``a c - b^2`` of the 2 x 2 matrix
+    cancels where the mixture is thin: for one component of standard deviations 1 and
+    ``1e-3`` along rotated axes (float32) it lost up to ``4e-3`` in the log-determinant, below
+    the exact value, so the fixed rule's cap (:func:`numpyro_gmm._kernels.mixing.certified_upper`)
+    pulled the default entropy ``1.8e-3`` nats under the truth (``0.10`` at ``1e-4``) and
+    ``entropy_bounds()``' upper end lay below it. Here a component's own pair of columns,
+    ``(L_00, L_10)`` and ``(0, L_11)``, gives ``L_00 L_11`` without a subtraction, so a single
+    thin component is exact to rounding. Each cross product is off by at most ``8 eps (|x_i
+    y_j| + |y_i x_j|)`` (the columns' entries within ``3 eps`` of the exact ones: the weights'
+    root, the product, the rescaling; two products and a difference), and the sum of the
+    ``n (n - 1) / 2`` positive terms by a factor ``1 + n^2 eps``: both are added, so the
+    result is an upper bound. The deviations are taken from the computed mean ``mu'``; that
+    only adds ``(mu - mu')(mu - mu')^T >= 0`` to ``Sigma_mix`` (an upper bound still). The
+    correction carries no derivative. ``O(K^2)``.
+    """
+    d = dev.shape[-1]
+    eps = jnp.finfo(dev.dtype).eps
+    root_w = jnp.exp(0.5 * log_weights)  # (K,); exp keeps the derivative finite at w_k = 0
+    factor = dense_tril(scale_tril, scale)  # (K, d, d), d <= 2
+    if d == 1:
+        cols = jnp.concatenate([root_w * factor[:, 0, 0], root_w * dev[:, 0]])
+        n = cols.shape[0]
+        return jnp.log(jnp.sum(jnp.square(cols))) + lax.stop_gradient(jnp.log1p((n + 8) * eps))
+    x = jnp.concatenate([root_w * factor[:, 0, 0], jnp.zeros_like(root_w), root_w * dev[:, 0]])
+    y = jnp.concatenate([root_w * factor[:, 1, 0], root_w * factor[:, 1, 1], root_w * dev[:, 1]])
+    n = x.shape[0]
+    xy = x[:, None] * y[None, :]  # x_i y_j
+    cross = xy - xy.T
+    det = 0.5 * jnp.sum(jnp.square(cross))  # every pair twice
+    mag = lax.stop_gradient(jnp.abs(xy) + jnp.abs(xy.T))
+    fixed = lax.stop_gradient(cross)
+    slack = 0.5 * jnp.sum(jnp.square(jnp.abs(fixed) + 8.0 * eps * mag) - jnp.square(fixed))
+    return jnp.log(det + slack) + lax.stop_gradient(jnp.log1p(n * n * eps))
+
+
+def log_det_bracket(a: Array, dot_length: int) -> tuple[Array, Array]:
+    r"""``(lower, upper)`` bounds on ``ln|A|`` for a symmetric positive-definite ``a (s, s)``
+    whose entries were formed by sums of products of length ``dot_length`` (``t``) of a
+    positive semi-definite kind (``|A_jk| <= sqrt(A_jj A_kk)`` holds term by term): the
+    computed ``ln|A|`` (a Cholesky factor) minus and plus ``2 e``; ``(-inf, +inf)`` where
+    ``e > 1/2`` or the factor is not finite. ``O(s^3)``.
+
+    Why it is safe. The errors of forming ``A`` (``|dA_jk| <= (t + 6) eps sqrt(A_jj A_kk)``,
+    Cauchy-Schwarz on the terms) and of the factor (``|E_jk| <= (s + 1) eps (|L| |L^T|)_jk
+    <= (s + 1) eps sqrt(A_jj A_kk)``, Higham, *Accuracy and Stability of Numerical
+    Algorithms*, 2002, theorem 10.3) are entrywise at most ``c sqrt(A_jj A_kk)``, ``c = (t +
+    s + 7) eps``. With ``D = diag(A)`` and the correlation matrix ``C = D^-1/2 A D^-1/2``, the
+    eigenvalues ``lambda_i`` of ``A^-1 E`` are those of ``C^-1 E'`` (``|E'_jk| <= c``), so
+    ``sum |lambda_i| <= ||C^-1||_* ||E'||_2 <= tr(C^-1) c s =: e`` (also a bound on their
+    largest), and ``|ln|A + E| - ln|A|| = |sum ln(1 + lambda_i)| <= 2 e`` while ``e <= 1/2``.
+    ``tr(C^-1) = sum_j A_jj (A^-1)_jj`` comes from the computed factor, i.e. from ``A + E``,
+    which moves each ``(A^-1)_jj`` by at most a factor 2 then: it is doubled. Tight for a
+    well-conditioned ``A`` (``e`` about ``c s^2``), infinite where ``A``'s correlations make
+    its factor inaccurate. The correction carries no derivative.
+    """
+    s = a.shape[-1]
+    eps = jnp.finfo(a.dtype).eps
+    a = 0.5 * (a + a.T)
+    chol = cholesky(a)
+    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
+    fixed = lax.stop_gradient(chol)
+    inv_diag = jnp.sum(jnp.square(tril_inverse(fixed)), 0)  # (A^-1)_jj = |L^-1 e_j|^2
+    trace_c_inv = 2.0 * jnp.sum(jnp.diagonal(lax.stop_gradient(a)) * inv_diag)
+    e = (dot_length + s + 7) * eps * s * trace_c_inv
+    ok = (e <= 0.5) & jnp.isfinite(log_det) & jnp.isfinite(e)
+    return jnp.where(ok, log_det - 2.0 * e, -jnp.inf), jnp.where(ok, log_det + 2.0 * e, jnp.inf)
+
+
 def moment_matched_upper(log_weights, locs, scale_tril, scale) -> Array:
     """``1/2 ln|2 pi e Sigma_mix|`` of the moment-matched Gaussian (an upper bound). Diagonal
     covariances: ``Sigma_mix = diag(a) + U^T U`` (``a = sum_k w_k s_k^2``, rows ``U_k =
     sqrt(w_k) dev_k``), ``ln|Sigma_mix| = sum ln a + ln|I + V V^T|`` with ``V = U diag(a)^-1/2``
     by :func:`log_det_identity_plus_gram` (exceeds the exact value by at most its rounding;
-    long deviations no longer make it NaN or ``-inf`` in float32). Full covariances: a
-    Cholesky factor of ``Sigma_mix``. Where the determinant is not finite, or larger,
-    Hadamard's inequality ``ln|Sigma_mix| <= sum_l ln (Sigma_mix)_ll`` (no factorisation;
-    before, NaN at separations of ``10^4`` standard deviations in float32)."""
+    long deviations no longer make it NaN or ``-inf`` in float32). Full covariances: in
+    ``d <= 2`` :func:`small_moment_matched_log_det` (a sum of squares, no cancellation),
+    beyond a Cholesky factor of ``Sigma_mix`` plus a bound on its rounding
+    (:func:`log_det_bracket`). Where that bound fails, or is larger, Hadamard's inequality
+    ``ln|Sigma_mix| <= sum_l ln (Sigma_mix)_ll`` plus its own rounding (before, NaN at
+    separations of ``10^4`` standard deviations in float32; and with the factor's
+    determinant taken as exact, up to ``0.5`` nats below the entropy of a single component of
+    standard deviations 1 and ``1e-4`` along rotated axes, ``d = 5``, float32)."""
     d = locs.shape[-1]
     w = jnp.exp(log_weights)
     locs = _centre(locs)
     dev = locs - w @ locs
     if scale is not None:
         log_det = diagonal_moment_matched_log_det(log_weights, dev, scale)
+    elif d <= 2:
+        log_det = small_moment_matched_log_det(log_weights, dev, scale_tril, scale)
     else:
         cov = jnp.einsum("k,kij->ij", w, covariances(scale_tril, scale)) + jnp.einsum("k,ki,kj->ij", w, dev, dev)
-        cov = 0.5 * (cov + cov.T)
-        hadamard = jnp.sum(jnp.log(jnp.diagonal(cov)))
-        exact = 2.0 * jnp.sum(jnp.log(jnp.diagonal(cholesky(cov))))  # NaN where not positive definite
-        log_det = jnp.where(jnp.isfinite(exact), jnp.minimum(exact, hadamard), hadamard)
+        length = d + locs.shape[0]  # d products per component's L_k L_k^T, summed over K
+        # Hadamard's product, each A_ll a sum of positive terms: within (length + 4) eps
+        hadamard = jnp.sum(jnp.log(jnp.diagonal(cov))) + d * (length + 4) * jnp.finfo(cov.dtype).eps
+        _, exact = log_det_bracket(cov, length)  # +inf where its rounding is not bounded
+        log_det = jnp.minimum(exact, hadamard)
     return 0.5 * (d * (LOG_2PI + 1.0) + log_det)
 
 

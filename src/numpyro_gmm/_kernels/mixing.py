@@ -94,6 +94,7 @@ from .bounds import (
     log_abs_det,
     log_det_identity_plus,
     rescaled,
+    small_moment_matched_log_det,
     widened,
 )
 from . import prng
@@ -316,7 +317,8 @@ def certified_upper(
     (docs/accuracy.md); the ELBO's randomised rule has no cap and does not pay it.
 
     The bound is the moment-matched Gaussian's entropy ``1/2 ln|2 pi e Sigma_mix|`` where its
-    determinant is a closed form (``d <= 2``), and beyond it the same with Hadamard's
+    determinant is a sum of squares (``d <= 2``,
+    :func:`~numpyro_gmm._kernels.bounds.small_moment_matched_log_det`, with its rounding), and beyond it the same with Hadamard's
     inequality ``|A| <= prod_l A_ll`` (``A`` positive definite) in place of the determinant:
     for diagonal covariances ``A = Sigma_mix`` (the sum of the coordinates' moment-matched
     entropies, ``O(K d)``), or, where smaller, ``sum_l ln a_l + n ln(1 + tr(M) / n)`` with
@@ -348,8 +350,7 @@ def certified_upper(
     w = jnp.exp(log_weights)
     dev = locs - w @ locs
     if d <= 2:
-        cov = jnp.einsum("k,kij->ij", w, covariances(scale_tril, scale)) + jnp.einsum("k,ki,kj->ij", w, dev, dev)
-        log_det = jnp.log(cov[0, 0] if d == 1 else cov[0, 0] * cov[1, 1] - cov[0, 1] * cov[1, 0])
+        log_det = small_moment_matched_log_det(log_weights, dev, scale_tril, scale)
     elif scale is not None:
         # Sigma_mix = diag(a) + sum_k w_k dev_k dev_k^T, the second term of rank <= n, one
         # less than the number of positive weights (the weighted deviations sum to zero):
