@@ -728,3 +728,26 @@ def test_default_on_mixtures_with_every_hard_feature_at_once(d, K, kind, seed):
     assert lo - tol <= est <= hi + tol, (lo, est, hi)
     assert lo - 4 * se - tol <= truth <= hi + 4 * se + tol, (lo, truth, hi)
 
+
+
+def test_bracket_of_separated_components_far_from_unit_scale_holds_the_closed_form():
+    """Separated components (means 1 apart, scales about 1e-3) have the entropy ``sum_k w_k
+    (H_k - ln w_k)`` exactly (closed form of the pass's parameters, float64 NumPy). Here it is
+    about -414 while the bounds work in rescaled units where it is about 0 (the heavy
+    components ``e^-1.42`` times narrower than the geometric mean scale): widened by ``16 eps
+    (1 + |upper|)`` of those units only, the float32 bracket lay above the truth on all 10
+    seeds (by up to 5.6e-5; the spacing of float32 numbers near 414 is 3e-5); the widening
+    now counts the shift back, ``16 eps |d ln c|`` more. Diagonal and (diagonal) full factors."""
+    K, d = 8, 60
+    probs = np.array([0.5, 0.35, 0.15 - 5e-6] + [1e-6] * 5)
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        scale = 1e-3 * np.exp(np.where(np.arange(K)[:, None] < 3, -1.42, 0.852) + rng.uniform(-0.1, 0.1, (K, d)))
+        locs = jnp.asarray(np.arange(K)[:, None] * np.ones(d), F)
+        for gm in (GaussianMixture(locs, scale=jnp.asarray(scale, F), probs=jnp.asarray(probs, F)),
+                   GaussianMixture(locs, scale_tril=jnp.asarray(scale[..., None] * np.eye(d), F), probs=jnp.asarray(probs, F))):
+            p = np.asarray(gm.mixing_distribution.probs, np.float64)
+            s64 = np.asarray(jnp.asarray(scale, F), np.float64)
+            truth = float(np.sum(p * (0.5 * d * math.log(2 * math.pi * math.e) + np.sum(np.log(s64), 1) - np.log(p))))
+            lo, hi = (float(x) for x in gm.entropy_bounds())
+            assert lo <= truth <= hi, (seed, lo, truth, hi)

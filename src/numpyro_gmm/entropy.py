@@ -769,7 +769,7 @@ def entropy_bounds(
       ``H(cY) = H(Y) + d ln c``), so scales far from 1 (``1e-20``, ``1e20`` in float32) do
       not under- or overflow.
     * A term that is not finite (an overflow at extreme parameter ratios) is dropped; both
-      results are widened outwards by ``16 eps (1 + |upper|)`` to cover rounding, and
+      results are widened outwards by ``16 eps (1 + |upper| + |d ln c|)`` to cover rounding, and
       ``lower <= upper`` always holds (``lower`` is capped at ``upper``, whose main term
       ``huber_upper`` is a closed form without solves).
     * Memory: with full covariances ``K^2`` dense ``d x d`` matrices; beyond
@@ -813,10 +813,7 @@ def _bounds_body(log_w, locs_, tril_, scale_, *, taylor_order, block_size):
     ]
     lower = jnp.max(jnp.stack([finite_or(x, -jnp.inf) for x in lowers]))
     upper = jnp.min(jnp.stack([finite_or(x, jnp.inf) for x in uppers]))
-    margin = 16.0 * jnp.finfo(upper.dtype).eps * (1.0 + jnp.abs(upper))
-    upper = upper + margin
-    lower = jnp.minimum(lower - margin, upper)
-    return lower + shift, upper + shift
+    return _bounds.shifted_bracket(lower, upper, shift)
 
 
 #: Estimators reachable through :func:`mixture_entropy` and ``GaussianMixture.entropy``.

@@ -82,6 +82,7 @@ from .bounds import (
     heaviest_pair_lower,
     log_det_identity_plus,
     log_det_identity_plus_bracket,
+    shifted_bracket,
     widened,
 )
 from .gaussian import cholesky, tril_inverse, tril_solve
@@ -458,13 +459,12 @@ def entropy_bounds(log_weights: Array, locs: Array, cov_factor: Array, cov_diag:
     direction that keeps each a bound: every Woodbury difference ``plus - minus`` moves by
     ``16 eps (plus + minus)`` (the margin of :func:`certified_upper`), the ``ln|I + G|`` by
     their rounding bracket (:func:`~numpyro_gmm._kernels.bounds.log_det_identity_plus_bracket`),
-    and the results are widened by ``16 eps (1 + |upper|)`` as :func:`numpyro_gmm.entropy_bounds`
+    and the results are widened by ``16 eps (1 + |upper| + |d ln c|)`` as :func:`numpyro_gmm.entropy_bounds`
     widens them; a term that is not finite is dropped. Inputs: ``log_weights`` normalised;
     the result in the inputs' units (the work is done in rescaled ones, :func:`rescaled`).
     """
     d = locs.shape[-1]
     locs, cov_factor, cov_diag, d_log_c = rescaled(locs, cov_factor, cov_diag)
-    eps = jnp.finfo(locs.dtype).eps
     w = jnp.exp(log_weights)
     safe_log_w = jnp.where(w > 0, log_weights, 0.0)
     cap = capacitance_tril(cov_factor, cov_diag)
@@ -489,7 +489,4 @@ def entropy_bounds(log_weights: Array, locs: Array, cov_factor: Array, cov_diag:
     ]
     lower = jnp.max(jnp.stack([jnp.where(jnp.isfinite(x), x, -jnp.inf) for x in lowers]))
     upper = jnp.min(jnp.stack([jnp.where(jnp.isfinite(x), x, jnp.inf) for x in uppers]))
-    margin = 16.0 * eps * (1.0 + jnp.abs(upper))
-    upper = upper + margin
-    lower = jnp.minimum(lower - margin, upper)
-    return lower + d_log_c, upper + d_log_c
+    return shifted_bracket(lower, upper, d_log_c)

@@ -87,7 +87,6 @@ from scipy.stats import qmc
 from .bounds import (
     LOG_2PI,
     component_entropies,
-    covariances,
     deviations_jensen,
     diagonal_moment_matched_log_det,
     heaviest_pair_lower,
