@@ -39,7 +39,7 @@ points are moved by ``x = mu_i + L_i z``; the weights enter in closed form and t
 ``r``). Exact for one component in any dimension, and for components so far apart that
 ``r`` is one-hot wherever ``N_i`` has mass. Not a bound, but the fixed rule is clipped to a
 certified bracket: above at :func:`certified_upper` (the moment-matched Gaussian's entropy:
-a closed form in ``d <= 2``; beyond, the deviations' part of its determinant from a
+a sum of squares in ``d <= 2``; beyond, the deviations' part of its determinant from a
 ``min(K, d)`` or ``K``-sized Cholesky factor, the rest from Hadamard's bound), below at
 :func:`~numpyro_gmm._kernels.bounds.heaviest_pair_lower` (the pairwise Bhattacharyya bound
 relaxed to the distances to the heaviest component); the truth lies inside, so the clipping
