@@ -558,7 +558,7 @@ def test_one_thin_gaussian_default_and_bounds_against_its_closed_form(d):
     down to 1.8e-3 (ratio 1e3) and 0.10 nats (1e4) below it, and ``entropy_bounds()``' upper
     end, the moment-matched bound from a Cholesky factor of the formed covariance taken as
     exact, lay below it by up to 2.6e-4 (d = 2), 0.13 (d = 3), 0.51 (d = 5); float64 at ratio
-    1e8: the default 0.22 off (d = 2), the upper end 0.98 below (d = 5). Now the default is
+    1e8: the default 0.12 off (d = 2), the upper end 0.099 below (d = 3). Now the default is
     within its rounding and the certified bounds on their sides exactly."""
     eps = float(jnp.finfo(F).eps)
     for ratio in THIN_RATIOS:
