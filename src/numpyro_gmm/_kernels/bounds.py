@@ -178,12 +178,15 @@ def huber_upper(log_weights, locs, scale_tril, scale) -> Array:
     return jnp.sum(w * (component_entropies(scale_tril, scale, d) - safe_log_w))
 
 
-def _pairwise(log_weights, locs, scale_tril, scale, divergence):
-    d = locs.shape[-1]
-    h = component_entropies(scale_tril, scale, d)
-    inner = logsumexp(log_weights[None, :] - divergence, axis=1)
+def pairwise_bound(log_weights: Array, entropies: Array, divergence: Array) -> Array:
+    """Kolchinsky & Tracey's ``sum_i w_i H_i - sum_i w_i ln sum_j w_j exp(-D_ij)`` from the
+    components' entropies ``(K,)`` and divergences ``(K, K)``."""
     w = jnp.exp(log_weights)
-    return jnp.sum(w * h) - jnp.sum(w * inner)
+    return jnp.sum(w * entropies) - jnp.sum(w * logsumexp(log_weights[None, :] - divergence, axis=1))
+
+
+def _pairwise(log_weights, locs, scale_tril, scale, divergence):
+    return pairwise_bound(log_weights, component_entropies(scale_tril, scale, locs.shape[-1]), divergence)
 
 
 def bhattacharyya_distances(locs, scale_tril, scale) -> Array:

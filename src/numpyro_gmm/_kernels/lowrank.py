@@ -82,6 +82,7 @@ from .bounds import (
     heaviest_pair_lower,
     log_det_identity_plus,
     log_det_identity_plus_bracket,
+    pairwise_bound,
     shifted_bracket,
     widened,
 )
@@ -473,18 +474,14 @@ def entropy_bounds(log_weights: Array, locs: Array, cov_factor: Array, cov_diag:
     const = 0.5 * d * (LOG_2PI + 1.0)
     h_lo, h_hi = const + 0.5 * (log_d + ld_c_lo), const + 0.5 * (log_d + ld_c_hi)
     bhatt, log_n, kl = pair_terms(locs, cov_factor, cov_diag, p, log_dets)
-
-    def pairwise(h, divergence):  # Kolchinsky & Tracey
-        return jnp.sum(w * h) - jnp.sum(w * logsumexp(log_weights[None, :] - divergence, axis=1))
-
     lowers = [
         -jnp.sum(w * logsumexp(log_weights[None, :] + log_n, axis=1)),  # Huber
-        pairwise(h_lo, bhatt),
+        pairwise_bound(log_weights, h_lo, bhatt),
         heaviest_pair_lower(log_weights, locs, h_lo, _spread(cov_factor, cov_diag)),
     ]
     uppers = [
         jnp.sum(w * (h_hi - safe_log_w)),  # Huber
-        pairwise(h_hi, kl),
+        pairwise_bound(log_weights, h_hi, kl),
         certified_upper(log_weights, locs, cov_factor, cov_diag, p, log_det),
     ]
     lower = jnp.max(jnp.stack([jnp.where(jnp.isfinite(x), x, -jnp.inf) for x in lowers]))
