@@ -287,6 +287,28 @@ def test_other_estimators_use_dense_factors_or_refuse():
         mixture_entropy(np.zeros(2), np.zeros((2, d)), cov_factor=np.ones((2, d, 1)), cov_diag=np.ones((2, d)), method="taylor")
 
 
+def test_bounds_beyond_the_dense_memory_limit_work_on_the_factors(monkeypatch):
+    """Where the dense bounds' K^2 pairs of d x d matrices exceed entropy.MAX_BOUNDS_BYTES
+    (e.g. K = 128, d = 100, float64: 9.8 GiB), ``entropy_bounds()`` of low-rank components
+    answers by ``lowrank_entropy_bounds`` instead of raising (before: ValueError in float64,
+    found by a random search at K = 128, d = 100). The limit is lowered here so that a small
+    mixture crosses it (a batch shape of its own, so that no program compiled by another test
+    skips the check); the answer must be exactly the factors' bounds, and contain the dense
+    bounds computed below the limit."""
+    from numpyro_gmm import entropy as entropy_module
+
+    c = _cast(_params(seed=7, batch=(3,)))
+    low = GaussianMixture(c["loc"], cov_factor=c["cov_factor"], cov_diag=c["cov_diag"], logits=c["logits"])
+    with monkeypatch.context() as patch:
+        patch.setattr(entropy_module, "MAX_BOUNDS_BYTES", 1024)
+        lo, hi = (np.asarray(x) for x in low.entropy_bounds())
+    dense_lo, dense_hi = (np.asarray(x) for x in low.entropy_bounds())
+    want = [lowrank_entropy_bounds(*args) for args in zip(c["logits"], c["loc"], c["cov_factor"], c["cov_diag"])]
+    np.testing.assert_allclose(lo, [float(a) for a, _ in want], rtol=1e-6)
+    np.testing.assert_allclose(hi, [float(b) for _, b in want], rtol=1e-6)
+    assert np.all(lo <= dense_lo + 1e-5) and np.all(hi >= dense_hi - 1e-5)
+
+
 def _np_pair_terms(p):
     """NumPy float64 references from the dense covariances (``np.linalg``): the Bhattacharyya
     distances, ``ln N(mu_i; mu_j, Sigma_i + Sigma_j)`` and ``KL(N_i || N_j)``, ``(K, K)`` each."""

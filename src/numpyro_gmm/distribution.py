@@ -38,6 +38,7 @@ from .entropy import (
     LOWRANK_DENSE_MAX_DIM,
     check_lowrank_dense_dim,
     check_lowrank_dense_elongation,
+    dense_bounds_fit,
     dense_lowrank_tril,
     entropy_bounds,
     lowrank_entropy_bounds,
@@ -646,13 +647,19 @@ class GaussianMixture(MixtureSameFamily):
         (Huber et al. 2008, Kolchinsky & Tracey 2017, the moment-matched Gaussian, and the
         Taylor lower bound of Dahlke & Pacheco at ``order``; ``None``: the configured
         ``entropy_order`` or the default). Each has shape ``batch_shape``. Low-rank
-        components beyond ``d = LOWRANK_DENSE_MAX_DIM``, and in float32 at any ``d``: the
+        components beyond ``d = LOWRANK_DENSE_MAX_DIM``, in float32 at any ``d``, and where
+        the dense bounds' ``K^2`` pairs of ``d x d`` matrices would exceed
+        ``entropy.MAX_BOUNDS_BYTES`` (e.g. ``K = 128``, ``d = 100``, float64: 9.8 GiB): the
         same pairwise and Huber bounds without a ``d x d`` matrix, and the moment-matched one
         relaxed (:func:`numpyro_gmm.lowrank_entropy_bounds`; float32 dense factors lose the
         short directions of elongated components, ``LOWRANK_DENSE_FLOAT32_MAX_ELONGATION``).
         """
         order = self._entropy_order if order is None else order
-        if self._is_lowrank and (self.loc.shape[-1] > LOWRANK_DENSE_MAX_DIM or self.loc.dtype == jnp.float32):
+        K, d = self.loc.shape[-2:]
+        if self._is_lowrank and (
+            d > LOWRANK_DENSE_MAX_DIM or self.loc.dtype == jnp.float32
+            or not dense_bounds_fit(K, d, self.loc.dtype.itemsize)
+        ):
             check_int("order", order if order is not None else 1, 1)
             return self._over_batch(lowrank_entropy_bounds, {})  # no d x d matrix
         return self._over_batch(entropy_bounds, {} if order is None else {"order": order})

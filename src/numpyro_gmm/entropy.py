@@ -604,6 +604,12 @@ def _bounds_bytes(K: int, d: int, itemsize: int, diagonal: bool, pairwise: bool 
     return itemsize * floats
 
 
+def dense_bounds_fit(K: int, d: int, itemsize: int, diagonal: bool = False) -> bool:
+    """Whether :func:`entropy_bounds` fits in :data:`MAX_BOUNDS_BYTES` (estimated by
+    ``_bounds_bytes``) for ``K`` components in ``d`` dimensions."""
+    return _bounds_bytes(K, d, itemsize, diagonal) <= MAX_BOUNDS_BYTES
+
+
 def _check_bounds_cost(name: str, K: int, d: int, itemsize: int, diagonal: bool, pairwise: bool = True) -> None:
     """``ValueError`` before allocating when a closed-form bound would need more than
     :data:`MAX_BOUNDS_BYTES` (estimated by ``_bounds_bytes``)."""
