@@ -620,7 +620,7 @@ class AutoGaussianMixture(AutoContinuous):
         return LOWRANK_INIT_FACTOR * scales[..., None] * jnp.asarray(g, scales.dtype)
 
     def _get_posterior(self):
-        K, d = self.num_components, self.latent_dim
+        K = self.num_components
         dtype = jnp.result_type(self._init_latent)
         cache = []
 
