@@ -9,7 +9,6 @@ and z-scores of sample moments.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 

@@ -19,7 +19,6 @@ import numpy as np
 import numpyro.distributions as dist
 import pytest
 from jax import Array, lax
-from numpyro.distributions import constraints
 
 from conftest import ftype
 from numpyro_gmm import GaussianMixture
