@@ -35,10 +35,8 @@ from numpyro.util import not_jax_tracer
 from .entropy import (
     DEFAULT_METHOD,
     ENTROPY_METHODS,
-    LOWRANK_DENSE_MAX_DIM,
     check_lowrank_dense_dim,
     check_lowrank_dense_elongation,
-    dense_bounds_fit,
     dense_lowrank_tril,
     entropy_bounds,
     lowrank_entropy_bounds,
@@ -311,11 +309,9 @@ class GaussianMixture(MixtureSameFamily):
     Woodbury identity, and ``log_prob``, ``sample``, ``mean``, ``variance`` and the default
     :meth:`entropy` never form a ``d x d`` matrix (``O(K d r)`` per point; the entropy
     ``O(K^2 M d r)``, :func:`numpyro_gmm.lowrank_mixing_qmc_entropy`), nor does
-    :meth:`entropy_bounds` beyond ``d = LOWRANK_DENSE_MAX_DIM`` (100;
-    :func:`numpyro_gmm.lowrank_entropy_bounds`, ``O(K^2 d r^2)``, also in float32 at any
-    ``d``; float64 up to it: the dense covariances' bounds); the other entropy estimators
-    use the dense covariances and are
-    refused with a ``ValueError`` beyond that dimension, and :attr:`covariance_matrix`,
+    :meth:`entropy_bounds` (:func:`numpyro_gmm.lowrank_entropy_bounds`, ``O(K^2 d r^2)``);
+    the other entropy estimators use the dense covariances and are refused with a
+    ``ValueError`` beyond ``d = LOWRANK_DENSE_MAX_DIM`` (100), and :attr:`covariance_matrix`,
     :attr:`scale_tril` and :attr:`component_covariance_matrix` are ``d x d`` by definition;
     this class adds :meth:`entropy` (by the estimators of :mod:`numpyro_gmm.entropy`), the
     mixture's :attr:`covariance_matrix` and :meth:`from_mixture`.
@@ -647,19 +643,16 @@ class GaussianMixture(MixtureSameFamily):
         (Huber et al. 2008, Kolchinsky & Tracey 2017, the moment-matched Gaussian, and the
         Taylor lower bound of Dahlke & Pacheco at ``order``; ``None``: the configured
         ``entropy_order`` or the default). Each has shape ``batch_shape``. Low-rank
-        components beyond ``d = LOWRANK_DENSE_MAX_DIM``, in float32 at any ``d``, and where
-        the dense bounds' ``K^2`` pairs of ``d x d`` matrices would exceed
-        ``entropy.MAX_BOUNDS_BYTES`` (e.g. ``K = 128``, ``d = 100``, float64: 9.8 GiB): the
-        same pairwise and Huber bounds without a ``d x d`` matrix, and the moment-matched one
-        relaxed (:func:`numpyro_gmm.lowrank_entropy_bounds`; float32 dense factors lose the
-        short directions of elongated components, ``LOWRANK_DENSE_FLOAT32_MAX_ELONGATION``).
+        components: the same pairwise and Huber bounds on the factors ``W``, ``D`` themselves,
+        without a ``d x d`` matrix, and the moment-matched one relaxed
+        (:func:`numpyro_gmm.lowrank_entropy_bounds`), in every dtype and dimension: dense
+        factors of ``W W^T + diag D`` are rounded, in float32 losing the short directions of
+        elongated components (``LOWRANK_DENSE_FLOAT32_MAX_ELONGATION``) and in float64 too
+        (a single component with ``|W|^2 / D`` of 1e6 .. 1e12: its closed-form entropy
+        1e-11 .. 3.8e-4 nats outside the dense bracket), and need ``K^2`` dense pairs.
         """
         order = self._entropy_order if order is None else order
-        K, d = self.loc.shape[-2:]
-        if self._is_lowrank and (
-            d > LOWRANK_DENSE_MAX_DIM or self.loc.dtype == jnp.float32
-            or not dense_bounds_fit(K, d, self.loc.dtype.itemsize)
-        ):
+        if self._is_lowrank:
             check_int("order", order if order is not None else 1, 1)
             return self._over_batch(lowrank_entropy_bounds, {})  # no d x d matrix
         return self._over_batch(entropy_bounds, {} if order is None else {"order": order})
