@@ -62,7 +62,7 @@ which neither component's draws reach (1-D, sd ratio 1000: at 3.7 sd of the spik
 ``N(mu_a, k^2 Sigma_a)``, ``d k^2 = 2 ell / (1 - rel) + SHELL_MARGIN`` (``k >= 1``), whose
 typical radius lies on the shell; ``ln q_ab`` still needs no extra solve (``u_a`` scaled by
 ``1/k``). Before it (400 keys, 4096 draws, float64; fraction of estimates within 2 / 3
-reported ``se`` of the truth): a unit Gaussian with a concentric-ish sd-0.001 spike in
+reported ``se`` of the truth): a unit Gaussian with an sd-0.001 spike 0.3 off its centre in
 ``d = 3``: 23% / 28% (worst 47 se); sd ratio 10 in ``d = 10``: 49% / 58%; 1-D, a wide
 (sd 1000) component of weight 1e-3 around a unit one: 76% / 86%; after: 93-97% / 98-100% on
 all (``tests/test_monte_carlo_coverage.py``). The price, where the old stratum happened to
