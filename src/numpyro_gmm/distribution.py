@@ -37,7 +37,6 @@ from .entropy import (
     ENTROPY_METHODS,
     check_lowrank_dense_dim,
     check_lowrank_dense_elongation,
-    dense_lowrank_tril,
     entropy_bounds,
     lowrank_entropy_bounds,
     mixture_entropy,
@@ -671,9 +670,8 @@ class GaussianMixture(MixtureSameFamily):
             r = comp.cov_factor.shape[-1]
             fshapes = ((K, d, r), (K, d))
             if method not in ("auto", "mixing_qmc", lowrank_entropy_bounds):  # dense d x d factors: refused past the limits
-                name = method if isinstance(method, str) else "entropy_bounds"
-                check_lowrank_dense_dim(K, d, r, name)
-                check_lowrank_dense_elongation(comp.cov_factor, comp.cov_diag, name)
+                check_lowrank_dense_dim(K, d, r, method)
+                check_lowrank_dense_elongation(comp.cov_factor, comp.cov_diag, method)
         else:
             factor = (self.scale if diag else self._component_distribution.scale_tril,)
             fshapes = ((K, d) if diag else (K, d, d),)
@@ -865,10 +863,8 @@ def _batched_entropy(logits, loc, factor, key, dynamic_options, *, method, diag,
         if k is not None:
             kw["key"] = k
         fn = partial(mixture_entropy, method=method) if isinstance(method, str) else method
-        if diag == "lowrank":
-            if isinstance(method, str) or method is lowrank_entropy_bounds:
-                return fn(lg, lc, cov_factor=f[0], cov_diag=f[1], **kw)
-            return fn(lg, lc, dense_lowrank_tril(lg, lc, f[0], f[1]), **kw)  # entropy_bounds
+        if diag == "lowrank":  # a method name, or lowrank_entropy_bounds: both take the factors
+            return fn(lg, lc, cov_factor=f[0], cov_diag=f[1], **kw)
         if diag:
             return fn(lg, lc, None, scale=f[0], **kw)
         return fn(lg, lc, f[0], **kw)
