@@ -217,11 +217,13 @@ def monte_carlo_entropy(log_weights, locs, scale_tril, scale, *, key, num_sample
     u = jnp.einsum("kij,skj->ski", l_inv, x[:, None, :] - locs_c[None, :, :])  # (S, K, d)
     ln_comp = -log_det - 0.5 * (d * LOG_2PI + jnp.sum(jnp.square(u), -1))  # ln N_k(x), (S, K)
     log_p, R = _responsibility_entropy(log_weights + ln_comp)
-    # ln N(x; c_ab, k^2 Sigma_a) = ln N_a(x) - d ln k + (|u_a|^2 - |u_a - v_ab|^2 / k^2) / 2,
-    # |u_a - v_ab|^2 = |u_a|^2 - 2 u_a . v_ab + |v_ab|^2
+    # ln N(x; c_ab, k^2 Sigma_a) = ln N_a(x) - d ln k + (|u_a|^2 - |u_a - v_ab|^2 / k^2) / 2
+    #   = ln N_a(x) - d ln k + |u_a|^2 (1 - 1/k^2) / 2 + (u_a . v_ab - |v_ab|^2 / 2) / k^2,
+    # written so that |u_a|^2 does not cancel: at k = 1 (every pair but the nested ones) it is
+    # exactly ln N_a(x) + u_a . v_ab - |v_ab|^2 / 2
     usq = jnp.sum(jnp.square(u), -1)[:, :, None]  # (S, a, 1)
-    moved = usq - 2.0 * jnp.einsum("sad,abd->sab", u, v) + jnp.sum(jnp.square(v), -1)
-    ln_strata = ln_comp[:, :, None] - 0.5 * d * jnp.log(kappa2) + 0.5 * (usq - moved / kappa2)
+    shifted = jnp.einsum("sad,abd->sab", u, v) - 0.5 * jnp.sum(jnp.square(v), -1)
+    ln_strata = ln_comp[:, :, None] - 0.5 * d * jnp.log(kappa2) + 0.5 * usq * (1.0 - 1.0 / kappa2) + shifted / kappa2
     sq = jnp.where(off, jnp.sqrt(w[:, None] * w[None, :]), 0.0)
     total = jnp.sum(sq)
     beta = jnp.where(total > 0, 0.5 * sq / jnp.where(total > 0, total, 1.0), 0.0) + jnp.diag(0.5 * w)  # (a, b)
