@@ -349,3 +349,24 @@ def mixing_rule_on_points(weights, locs, trils, x):
     h_r = -np.sum(np.exp(log_r) * log_r, 1).reshape(K, -1).mean(1)  # (K,)
     h_gauss = 0.5 * d * math.log(2 * math.pi * math.e) + log_det
     return float(np.sum(weights * (h_gauss - h_r)) - np.sum(weights * np.log(weights))), float(weights @ h_r)
+
+
+def logit_gradient_monte_carlo(weights, locs, trils, draws_per_component=2**18, seed=0):
+    """``(dH/dlogits (K,), se (K,))`` of a mixture with Cholesky factors ``trils (K, d, d)``
+    from the identity ``dH / d ln w_k = -w_k (E_{N_k}[ln p] + 1)`` through the softmax,
+    ``dH / d logit_k = w_k (-L_k - H)``, ``L_k = E_{N_k}[ln p]``, ``H = -sum_j w_j L_j``; each
+    ``L_k`` by plain Monte Carlo with the control variate ``ln N_k`` (``E_{N_k}[ln N_k]`` in
+    closed form). NumPy only, float64."""
+    weights, locs, trils = (np.asarray(a, float) for a in (weights, locs, trils))
+    rng = np.random.default_rng(seed)
+    K, d = locs.shape
+    L, var = np.empty(K), np.empty(K)
+    for k in range(K):
+        z = rng.standard_normal((draws_per_component, d))
+        log_s = np.sum(np.log(np.abs(np.diag(trils[k]))))
+        log_nk = -log_s - 0.5 * (d * math.log(2 * math.pi) + np.sum(z * z, -1))
+        g = _log_mixture_density_chol(locs[k] + z @ trils[k].T, weights, locs, trils) - log_nk
+        h_k = 0.5 * d * math.log(2 * math.pi * math.e) + log_s
+        L[k], var[k] = g.mean() - h_k, g.var(ddof=1) / draws_per_component
+    H = -weights @ L
+    return weights * (-L - H), weights * np.sqrt(var + weights**2 @ var)
