@@ -314,6 +314,61 @@ def test_bounds_of_one_elongated_component_contain_its_closed_form(log_elongatio
     assert lo <= float(gm.entropy()) <= hi
 
 
+def _elongated_components(K, d, r, log_elongation, seed):
+    """``(loc, cov_factor, cov_diag)`` of ``K`` random low-rank components whose
+    ``max_i |W_k[i]|^2 / D_k[i]`` is ``10^log_elongation``, means within about one short
+    standard deviation of each other."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(K, d, r))
+    dg = np.exp(rng.uniform(-1, 1, size=(K, d)))
+    w *= np.sqrt(10.0**log_elongation / np.max(np.sum(w**2, -1) / dg, axis=1))[:, None, None]
+    return rng.normal(size=(K, d)), w, dg
+
+
+@pytest.mark.parametrize("log_elongation", [3, 6, 9, 12])
+def test_monte_carlo_of_one_elongated_component_covers_its_closed_form(log_elongation):
+    """``monte_carlo`` of one low-rank component (d = 30, r = 2) against its closed-form
+    entropy (NumPy float64, the ``r x r`` determinant): within 3 reported standard errors.
+    Before, its closed-form part came from the dense factor of ``W W^T + diag D`` and the
+    standard error (``eps`` times the scale) did not count that factor's rounding: off by about
+    ``eps`` times the elongation (float64: 1e-9 at 1e6, 2.7e-4 at 1e12; float32 at 1e3: up to
+    22 standard errors). Float32 stops at ``LOWRANK_DENSE_FLOAT32_MAX_ELONGATION``."""
+    if not X64 and log_elongation > 3:
+        pytest.skip("float32 refuses dense factors beyond elongation 1e4 (test_dense_estimators_of_elongated_components)")
+    loc, w, dg = _elongated_components(1, 30, 2, log_elongation, seed=log_elongation)
+    cap = np.eye(2) + (w[0].T / dg[0]) @ w[0]
+    truth = 0.5 * (30 * np.log(2 * np.pi * np.e) + np.sum(np.log(dg)) + np.linalg.slogdet(cap)[1])
+    f = ftype()
+    gm = GaussianMixture(jnp.asarray(loc, f), cov_factor=jnp.asarray(w, f), cov_diag=jnp.asarray(dg, f))
+    h, se = (float(x) for x in gm.entropy("monte_carlo", key=jax.random.PRNGKey(0)))
+    # float32: the parameters themselves are rounded (relative 6e-8 of each D), which moves
+    # the closed form by up to about d * 6e-8
+    slack = 0.0 if X64 else 30 * 6e-8
+    assert abs(h - truth) <= 3 * se + slack, (h - truth, se)
+
+
+@pytest.mark.skipif(not X64, reason="compares float32 with float64 on the same draws")
+@pytest.mark.parametrize("seed", [0, 2, 4])
+def test_monte_carlo_of_elongated_components_float32_against_float64(seed):
+    """Two overlapping low-rank components (d = 10-30, r = 1-2, elongation 1e3): float32
+    ``monte_carlo`` against float64 on the same key, within 3 of their combined standard errors.
+    Float64's dense factors are exact to about 1e-13 here, so the difference is float32's
+    rounding (its dense factors', about ``eps`` times the elongation) plus the two runs'
+    sampling noise. Before the closed-form part used the determinant lemma and the standard
+    error counted the factors' rounding, seed 4 failed."""
+    rng = np.random.default_rng(seed)
+    d, r = int(rng.choice([10, 30])), int(rng.integers(1, 3))
+    loc, w, dg = _elongated_components(2, d, r, 3, seed)
+    loc = loc * np.sqrt(dg.mean())
+    out = []
+    for f in (jnp.float32, jnp.float64):
+        gm = GaussianMixture(jnp.asarray(loc, f), cov_factor=jnp.asarray(w, f), cov_diag=jnp.asarray(dg, f),
+                             logits=jnp.log(jnp.asarray([0.4, 0.6], f)))
+        out.append([float(x) for x in gm.entropy("monte_carlo", key=jax.random.PRNGKey(seed))])
+    (h32, se32), (h64, se64) = out
+    assert abs(h32 - h64) <= 3 * np.hypot(se32, se64), (h32 - h64, se32, se64)
+
+
 def _np_pair_terms(p):
     """NumPy float64 references from the dense covariances (``np.linalg``): the Bhattacharyya
     distances, ``ln N(mu_i; mu_j, Sigma_i + Sigma_j)`` and ``KL(N_i || N_j)``, ``(K, K)`` each."""

@@ -144,6 +144,38 @@ def dense_scale_tril(cov_factor: Array, cov_diag: Array) -> Array:
     return s[..., :, None] * cholesky(inner)
 
 
+def dense_factor_correction(log_weights: Array, cov_factor: Array, cov_diag: Array, tril: Array):
+    r"""``(delta, rounding)`` for an estimate ``sum_k w_k (h_k - ln w_k) - C`` computed on the
+    dense factors ``tril (K, d, d)`` of ``W W^T + diag D`` (:func:`dense_scale_tril`), as
+    :func:`numpyro_gmm._kernels.monte_carlo.monte_carlo_entropy` computes it.
+
+    ``delta = sum_k w_k (ln|Sigma_k| / 2 - sum ln diag tril_k)`` replaces the closed-form part's
+    log-determinants by the determinant lemma's (:func:`log_det_cov`, from the ``r x r``
+    capacitance). The dense factor ``sqrt(D) chol(A)``, ``A = I + V V^T``, ``V = D^-1/2 W``, is
+    the exact factor of a matrix within about ``eps |A|`` of ``A`` (Cholesky's backward error;
+    N. J. Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., SIAM 2002,
+    theorem 10.3), and ``A >= I``, so in the component's whitened coordinates its covariance is
+    off by about ``eps cond(A)``; before, the log-determinant took all of that: on one component
+    (float64, ``d = 3-30``, ``r = 1-2``) the closed form was off by 3e-12 nats at elongation
+    ``max_i |W[i]|^2 / D[i] = 1e4``, 1e-9 at 1e6, 1e-5 at 1e10 and 2.7e-4 at 1e12 against a
+    reported standard error of 1e-15 (float32: 8 of 10 components at 1e3 outside 3 se, up to
+    22 se). What is left is the responsibilities' part ``C``, a smooth function of the
+    covariances: ``rounding = eps sum_k w_k (1 + |G_k|_inf)`` for ``K >= 2`` (``0`` for one
+    component, whose ``C`` is ``0``), ``G_k = V_k^T V_k`` (``1 + |G_k|_inf >= 1 + |V_k|_2^2 =
+    cond(A_k)``). Measured as float32 minus float64 on the same draws (two overlapping
+    components, ``d = 3-30``, elongation 1e3): at most 1.6e-5 nats, about a thirtieth of it."""
+    w = jnp.exp(log_weights)
+    w = jnp.where(jnp.isfinite(log_weights), w, 0.0)
+    dense = jnp.sum(jnp.log(jnp.diagonal(tril, axis1=-2, axis2=-1)), -1)
+    delta = jnp.sum(w * (0.5 * log_det_cov(cov_factor, cov_diag) - dense))
+    if w.shape[-1] == 1:
+        return delta, jnp.zeros_like(delta)
+    v = cov_factor / jnp.sqrt(cov_diag)[..., None]
+    gram = jnp.einsum("kdr,kds->krs", v, v)
+    cond = 1.0 + jnp.max(jnp.sum(jnp.abs(gram), -1), -1)
+    return delta, jnp.finfo(tril.dtype).eps * jnp.sum(w * cond)
+
+
 def rescaled(locs: Array, cov_factor: Array, cov_diag: Array):
     """``(locs', W', D', d ln c)`` for the mixture of ``(X - m) / c``: ``m`` the mean of the
     means, ``c`` the geometric mean of the marginal standard deviations (``stop_gradient``)."""
