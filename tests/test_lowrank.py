@@ -267,8 +267,9 @@ def test_numpyro_lowrank_components_interop():
 
 
 def test_other_estimators_use_dense_factors_or_refuse():
-    """Methods other than the mixing rule run on the dense factors (same values as the
-    full path) for d <= LOWRANK_DENSE_MAX_DIM, and raise ValueError beyond, before allocating."""
+    """The series and Monte Carlo run on the dense factors (same values as the full path)
+    for d <= LOWRANK_DENSE_MAX_DIM, and raise ValueError beyond, before allocating; the single
+    bounds work on the factors at any d (test_named_bounds_on_the_factors)."""
     low, full = _both(_params())
     for method in ("pairwise_kl_upper",):
         np.testing.assert_allclose(low.entropy(method=method), full.entropy(method=method), rtol=1e-5)
@@ -283,6 +284,47 @@ def test_other_estimators_use_dense_factors_or_refuse():
         big.entropy(method="legendre")
     with pytest.raises(ValueError, match="LOWRANK_DENSE_MAX_DIM"):
         mixture_entropy(np.zeros(2), np.zeros((2, d)), cov_factor=np.ones((2, d, 1)), cov_diag=np.ones((2, d)), method="taylor")
+    for name in ("huber_lower", "pairwise_kl_upper", "moment_matched_upper"):
+        assert np.isfinite(float(big.entropy(method=name))), name
+
+
+NAMED_BOUNDS = {"huber_lower": -1, "pairwise_bhattacharyya_lower": -1, "huber_upper": 1, "pairwise_kl_upper": 1,
+                "moment_matched_upper": 1}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_named_bounds_on_the_factors(seed):
+    """Each single bound of low-rank components (``method="huber_lower"``, ...; computed on the
+    factors, ``lowrank.named_bound``) against the same bound of the dense covariances
+    (``scale_tril``, NumPy's Cholesky factor in float64; the moment-matched one in NumPy
+    float64): on its side of it (lower bounds not above, upper bounds not below, up to the
+    dense one's own rounding), and in float64 equal to 1e-9 relative; every one on its side of
+    the default's value."""
+    rng = np.random.default_rng(seed)
+    K, d, r = [(3, 5, 2), (4, 30, 1), (1, 10, 3), (6, 2, 2)][seed]
+    w = rng.normal(size=(K, d, r)) * 0.7
+    dg = np.exp(rng.uniform(-1, 1, size=(K, d)))
+    loc = rng.normal(size=(K, d)) * [0.3, 1.0, 1.0, 3.0][seed]
+    logits = rng.normal(size=K)
+    tril = np.linalg.cholesky(w @ np.swapaxes(w, -1, -2) + dg[:, None, :] * np.eye(d))
+    f = ftype()
+    low = GaussianMixture(jnp.asarray(loc, f), cov_factor=jnp.asarray(w, f), cov_diag=jnp.asarray(dg, f), logits=jnp.asarray(logits, f))
+    full = GaussianMixture(jnp.asarray(loc, f), scale_tril=jnp.asarray(tril, f), logits=jnp.asarray(logits, f))
+    h = float(low.entropy())
+    tol = 1e-9 if X64 else 1e-4
+    # the moment-matched bound in NumPy float64 (the dense float32 method is looser: Hadamard's
+    # bound where its factor's rounding bound fails, up to 0.08 nats above this one here)
+    p = np.exp(logits - np.logaddexp.reduce(logits))
+    dev = loc - p @ loc
+    cov_mix = np.einsum("k,kij->ij", p, tril @ np.swapaxes(tril, -1, -2)) + np.einsum("k,ki,kj->ij", p, dev, dev)
+    moment_matched = 0.5 * (d * np.log(2 * np.pi * np.e) + np.linalg.slogdet(cov_mix)[1])
+    for name, side in NAMED_BOUNDS.items():
+        a = float(low.entropy(method=name))
+        b = moment_matched if name == "moment_matched_upper" else float(full.entropy(method=name))
+        assert side * (a - b) >= -tol * (1 + abs(b)), (name, a, b)
+        if X64:
+            assert abs(a - b) <= tol * (1 + abs(b)), (name, a, b)
+        assert side * (a - h) >= -tol * (1 + abs(h)), (name, a, h)
 
 
 @pytest.mark.parametrize("log_elongation", [4, 6, 8, 10, 12])
@@ -312,6 +354,8 @@ def test_bounds_of_one_elongated_component_contain_its_closed_form(log_elongatio
     slack = 0.0 if X64 else 30 * 6e-8
     assert lo - slack <= truth <= hi + slack, (lo - truth, hi - truth)
     assert lo <= float(gm.entropy()) <= hi
+    for name, side in NAMED_BOUNDS.items():  # the single bounds, on the factors too
+        assert side * (float(gm.entropy(method=name)) - truth) >= -slack, name
 
 
 def _elongated_components(K, d, r, log_elongation, seed):
@@ -532,9 +576,14 @@ def test_dense_estimators_of_elongated_components(seed):
     with pytest.raises(ValueError, match="LOWRANK_DENSE_FLOAT32_MAX_ELONGATION"):
         gm.entropy(method="monte_carlo", key=jax.random.PRNGKey(0), num_samples=1000)
     with pytest.raises(ValueError, match="LOWRANK_DENSE_FLOAT32_MAX_ELONGATION"):
-        mixture_entropy(np.log(probs), loc, cov_factor=w, cov_diag=d, method="pairwise_kl_upper")
-    traced = jax.jit(lambda wf: mixture(ftype(), wf).entropy(method="pairwise_kl_upper"))(jnp.asarray(w, ftype()))
+        mixture_entropy(np.log(probs), loc, cov_factor=w, cov_diag=d, method="taylor")
+    traced = jax.jit(lambda wf: mixture(ftype(), wf).entropy(method="taylor"))(jnp.asarray(w, ftype()))
     assert np.isnan(np.asarray(traced))
+    # the single bounds work on the factors (lowrank.named_bound): no refusal, still bounds
+    for name in ("pairwise_kl_upper", "huber_upper", "moment_matched_upper"):
+        assert float(gm.entropy(method=name)) >= float(lo64), name
+    for name in ("pairwise_bhattacharyya_lower", "huber_lower"):
+        assert float(gm.entropy(method=name)) <= float(hi64), name
     # below the limit (|W|^2 / D about 50-500): unchanged, and the bracket holds the default
     loc, w, d, probs = _elongated(1e-2, seed)
     ok = mixture(ftype(), loc=loc, w=w, d=d, probs=probs)

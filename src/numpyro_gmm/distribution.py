@@ -308,8 +308,9 @@ class GaussianMixture(MixtureSameFamily):
     Woodbury identity, and ``log_prob``, ``sample``, ``mean``, ``variance`` and the default
     :meth:`entropy` never form a ``d x d`` matrix (``O(K d r)`` per point; the entropy
     ``O(K^2 M d r)``, :func:`numpyro_gmm.lowrank_mixing_qmc_entropy`), nor does
-    :meth:`entropy_bounds` (:func:`numpyro_gmm.lowrank_entropy_bounds`, ``O(K^2 d r^2)``);
-    the other entropy estimators use the dense covariances and are refused with a
+    :meth:`entropy_bounds` (:func:`numpyro_gmm.lowrank_entropy_bounds`, ``O(K^2 d r^2)``) nor
+    the single bounds (``entropy("huber_lower")``, ...); the series and ``monte_carlo`` use
+    the dense covariances and are refused with a
     ``ValueError`` beyond ``d = LOWRANK_DENSE_MAX_DIM`` (100), and :attr:`covariance_matrix`,
     :attr:`scale_tril` and :attr:`component_covariance_matrix` are ``d x d`` by definition;
     this class adds :meth:`entropy` (by the estimators of :mod:`numpyro_gmm.entropy`), the
@@ -669,7 +670,8 @@ class GaussianMixture(MixtureSameFamily):
             factor = (comp.cov_factor, comp.cov_diag)
             r = comp.cov_factor.shape[-1]
             fshapes = ((K, d, r), (K, d))
-            if method not in ("auto", "mixing_qmc", lowrank_entropy_bounds):  # dense d x d factors: refused past the limits
+            # the rest need dense d x d factors: refused past the limits
+            if method not in ("auto", "mixing_qmc", lowrank_entropy_bounds, *_lowrank.NAMED_BOUNDS):
                 check_lowrank_dense_dim(K, d, r, method)
                 check_lowrank_dense_elongation(comp.cov_factor, comp.cov_diag, method)
         else:

@@ -105,12 +105,14 @@ LEGENDRE_DEFAULT_MAX_DIM = 0
 #: on the accuracy map (order 8: worst 0.013 at d = 3; 0.074 at d = 4, 0.26 at d = 5,
 #: 2.0 at d = 10, 6.9 at d = 20). Beyond it the function warns.
 LEGENDRE_ACCURATE_MAX_DIM = 3
-#: Largest dimension at which the estimators other than the mixing rule (``"auto"``,
-#: ``"mixing_qmc"``) accept low-rank components (``cov_factor``, ``cov_diag``): they run on
-#: the dense Cholesky factors of ``W W^T + diag D`` (``K`` matrices ``d x d``; the bounds cost
-#: ``O(K^2 d^3)``). Beyond it they raise ``ValueError`` before allocating.
-#: ``GaussianMixture.entropy_bounds`` works on the factors at every ``d``
-#: (:func:`lowrank_entropy_bounds`).
+#: Largest dimension at which the series and Monte Carlo (``"legendre"``,
+#: ``"legendre_normalized"``, ``"taylor"``, ``"monte_carlo"``) accept low-rank components
+#: (``cov_factor``, ``cov_diag``): they run on the dense Cholesky factors of ``W W^T + diag D``
+#: (``K`` matrices ``d x d``). Beyond it they raise ``ValueError`` before allocating. The mixing
+#: rule (``"auto"``, ``"mixing_qmc"``), the single bounds (``"huber_lower"``, ...,
+#: ``"moment_matched_upper"``: :func:`numpyro_gmm._kernels.lowrank.named_bound`) and
+#: ``GaussianMixture.entropy_bounds`` (:func:`lowrank_entropy_bounds`) work on the factors at
+#: every ``d``.
 LOWRANK_DENSE_MAX_DIM = 100
 #: The largest elongation ``max_k,i |W_k[i]|^2 / D_k[i]`` of low-rank components whose dense
 #: float32 factors those estimators use. The factor ``sqrt(D) chol(I + V V^T)``,
@@ -124,8 +126,9 @@ LOWRANK_DENSE_MAX_DIM = 100
 #: raise ``ValueError`` (concrete values) or give NaN (traced ones). Float64 has no limit,
 #: but its factors carry the same ``eps |V|^2`` (a single component's closed-form entropy
 #: was 1e-11 .. 3.8e-4 nats outside the dense float64 bracket at elongations 1e6 .. 1e12).
-#: ``GaussianMixture.entropy_bounds`` of low-rank components works on the factors instead
-#: (:func:`lowrank_entropy_bounds`), in every dtype and at any elongation.
+#: ``GaussianMixture.entropy_bounds`` and the single bounds of low-rank components work on the
+#: factors instead (:func:`lowrank_entropy_bounds`), in every dtype and at any elongation, and
+#: ``monte_carlo`` counts the dense factors' rounding in its standard error.
 LOWRANK_DENSE_FLOAT32_MAX_ELONGATION = 1e4
 #: Name of the default estimator of :func:`mixture_entropy` and ``GaussianMixture.entropy``.
 DEFAULT_METHOD = "auto"
@@ -858,8 +861,12 @@ def mixture_entropy(
     Low-rank components ``Sigma_k = W_k W_k^T + diag(D_k)``: give ``cov_factor (K, d, r)``
     and ``cov_diag (K, d)`` instead of ``scale_tril`` / ``scale``. ``"auto"`` and
     ``"mixing_qmc"`` then run :func:`lowrank_mixing_qmc_entropy` (``O(K^2 M d r)``, no
-    ``d x d`` matrix); every other method runs on the dense factors of ``W W^T + diag D``
-    for ``d <= LOWRANK_DENSE_MAX_DIM`` and raises ``ValueError`` beyond.
+    ``d x d`` matrix); the single bounds (``"huber_lower"``, ``"huber_upper"``,
+    ``"pairwise_bhattacharyya_lower"``, ``"pairwise_kl_upper"``, ``"moment_matched_upper"``) work
+    on the factors too (:func:`numpyro_gmm._kernels.lowrank.named_bound`: the pieces of
+    :func:`lowrank_entropy_bounds`, the moment-matched bound by the determinant lemma); the
+    series and ``"monte_carlo"`` run on the dense factors of ``W W^T + diag D`` for ``d <=
+    LOWRANK_DENSE_MAX_DIM`` and raise ``ValueError`` beyond.
     """
     try:
         fn = ENTROPY_METHODS[method]
@@ -873,6 +880,12 @@ def mixture_entropy(
                 check_int("order", options.pop("order", DEFAULT_ORDER), 1)
                 check_int("block_size", options.pop("block_size", DEFAULT_BLOCK_SIZE), 1)
             return lowrank_mixing_qmc_entropy(logits, locs, cov_factor, cov_diag, **options)
+        if method in _lowrank.NAMED_BOUNDS:  # on the factors: any d, no dense rounding
+            if options:
+                raise ValueError(f"method={method!r} takes no options, got {sorted(options)}")
+            _check_lowrank(logits, locs, cov_factor, cov_diag)
+            dtype = jnp.dtype(float_dtype(logits, locs, cov_factor, cov_diag))
+            return _lowrank_bounds_compiled(logits, locs, cov_factor, cov_diag, dtype=dtype, name=method)
         tril = dense_lowrank_tril(logits, locs, cov_factor, cov_diag, method=method)
         if method == "monte_carlo":  # closed-form part by the determinant lemma, rounding in se
             h, se = fn(logits, locs, tril, **options)
@@ -947,17 +960,22 @@ def lowrank_mixing_qmc_entropy(
     return _lowrank_compiled(logits, locs, cov_factor, cov_diag, key, dtype=dtype, num_points=num_points)
 
 
-@functools.partial(jax.jit, static_argnames=("dtype",))
-def _lowrank_bounds_compiled(logits, locs, cov_factor, cov_diag, *, dtype):
-    """:func:`lowrank_entropy_bounds` after validation, one program per shape."""
+@functools.partial(jax.jit, static_argnames=("dtype", "name"))
+def _lowrank_bounds_compiled(logits, locs, cov_factor, cov_diag, *, dtype, name=None):
+    """:func:`lowrank_entropy_bounds` (``name=None``) or one named bound of low-rank components
+    (:func:`numpyro_gmm._kernels.lowrank.named_bound`) after validation, one program per shape."""
     logits, locs, cov_factor, cov_diag = (jnp.asarray(x, dtype) for x in (logits, locs, cov_factor, cov_diag))
     ok = (
         all_finite(locs, cov_factor, cov_diag)
         & jnp.all(cov_diag > 0)
         & ~jnp.any(jnp.isnan(logits) | (logits == jnp.inf))
     )
-    bounds = _lowrank.entropy_bounds(log_softmax(logits), locs, cov_factor, cov_diag)
-    return tuple(jnp.where(ok, b, jnp.asarray(jnp.nan, b.dtype)) for b in bounds)
+    if name is None:
+        bounds = _lowrank.entropy_bounds(log_softmax(logits), locs, cov_factor, cov_diag)
+    else:
+        bounds = (_lowrank.named_bound(name, log_softmax(logits), locs, cov_factor, cov_diag),)
+    out = tuple(jnp.where(ok, b, jnp.asarray(jnp.nan, b.dtype)) for b in bounds)
+    return out if name is None else out[0]
 
 
 def lowrank_entropy_bounds(logits: Array, locs: Array, cov_factor: Array, cov_diag: Array) -> tuple[Array, Array]:

@@ -496,6 +496,50 @@ def entropy_bounds(log_weights: Array, locs: Array, cov_factor: Array, cov_diag:
     widens them; a term that is not finite is dropped. Inputs: ``log_weights`` normalised;
     the result in the inputs' units (the work is done in rescaled ones, :func:`rescaled`).
     """
+    lowers, uppers, d_log_c = bound_terms(log_weights, locs, cov_factor, cov_diag)
+    lower = jnp.max(jnp.stack([jnp.where(jnp.isfinite(x), x, -jnp.inf) for x in lowers.values()]))
+    upper = jnp.min(jnp.stack([jnp.where(jnp.isfinite(x), x, jnp.inf) for x in uppers.values()]))
+    return shifted_bracket(lower, upper, d_log_c)
+
+
+#: Largest side ``K (r + 1)`` of the determinant lemma's Gram matrix for which
+#: :func:`moment_matched_log_det` factorises it (``O(K^3 r^3)``; 2048: 4 M floats); beyond,
+#: :func:`named_bound` answers ``"moment_matched_upper"`` with :func:`certified_upper`, its
+#: relaxation.
+MOMENT_MATCHED_MAX_SIDE = 2048
+
+
+def moment_matched_log_det(log_weights: Array, locs: Array, cov_factor: Array, cov_diag: Array) -> Array:
+    r"""An upper bound on ``ln|Sigma_mix|`` of the moment-matched Gaussian, within its rounding of
+    the exact value, without a ``d x d`` matrix: ``Sigma_mix = sum_k w_k (W_k W_k^T + diag D_k +
+    dev_k dev_k^T) = diag(a) + B B^T`` with ``a = sum_k w_k D_k`` and the ``K (r + 1)`` columns
+    ``B = [sqrt(w_k) W_k, sqrt(w_k) dev_k]``, so by the determinant lemma ``ln|Sigma_mix| = sum ln
+    a + ln|I + V^T V|``, ``V = diag(a)^-1/2 B``, with the rounding bracket of
+    :func:`~numpyro_gmm._kernels.bounds.log_det_identity_plus_bracket` (by entries; the Gram
+    matrix by :func:`blocked_gram`) and ``(K + 2) eps`` per ``ln a_l`` (a sum of ``K`` positive
+    terms); or Hadamard's ``sum_l ln (Sigma_mix)_ll`` with its rounding where that is smaller or
+    the former not finite. ``O(d K^2 r^2 + K^3 r^3)``."""
+    K, d = locs.shape
+    r = cov_factor.shape[-1]
+    eps = jnp.finfo(locs.dtype).eps
+    w = jnp.exp(log_weights)
+    dev = locs - w @ locs
+    a = w @ cov_diag  # (d,)
+    root_w = jnp.exp(0.5 * log_weights)  # not sqrt(w): a finite derivative at w_k = 0
+    cols = jnp.concatenate([cov_factor, dev[..., None]], -1) * root_w[:, None, None]  # (K, d, r + 1)
+    v = jnp.transpose(cols, (1, 0, 2)).reshape(d, K * (r + 1)) / jnp.sqrt(a)[:, None]
+    gram, length = blocked_gram(v, v)
+    _, upper = log_det_identity_plus_bracket(gram, length, by_entries=True)
+    lemma = jnp.sum(jnp.log(a)) + d * (K + 2) * eps + upper
+    diag = a + jnp.sum(jnp.square(cols), (0, 2))  # (Sigma_mix)_ll, a sum of K (r + 2) positive terms
+    hadamard = jnp.sum(jnp.log(diag)) + d * (K * (r + 2) + 4) * eps
+    return jnp.minimum(jnp.where(jnp.isfinite(lemma), lemma, jnp.inf), hadamard)
+
+
+def bound_terms(log_weights: Array, locs: Array, cov_factor: Array, cov_diag: Array, *, exact_moment_matched: bool = False):
+    """``(lowers, uppers, d ln c)``: the bounds of :func:`entropy_bounds` by name, in rescaled
+    units (:func:`rescaled`; add ``d ln c`` for the inputs' units), not yet widened;
+    ``exact_moment_matched`` adds ``"moment_matched_upper"`` (:func:`moment_matched_log_det`)."""
     d = locs.shape[-1]
     locs, cov_factor, cov_diag, d_log_c = rescaled(locs, cov_factor, cov_diag)
     w = jnp.exp(log_weights)
@@ -506,16 +550,40 @@ def entropy_bounds(log_weights: Array, locs: Array, cov_factor: Array, cov_diag:
     const = 0.5 * d * (LOG_2PI + 1.0)
     h_lo, h_hi = const + 0.5 * (log_d + ld_c_lo), const + 0.5 * (log_d + ld_c_hi)
     bhatt, log_n, kl = pair_terms(locs, cov_factor, cov_diag, p, log_dets)
-    lowers = [
-        -jnp.sum(w * logsumexp(log_weights[None, :] + log_n, axis=1)),  # Huber
-        pairwise_bound(log_weights, h_lo, bhatt),
-        heaviest_pair_lower(log_weights, locs, h_lo, _spread(cov_factor, cov_diag)),
-    ]
-    uppers = [
-        jnp.sum(w * (h_hi - safe_log_w)),  # Huber
-        pairwise_bound(log_weights, h_hi, kl),
-        certified_upper(log_weights, locs, cov_factor, cov_diag, p, log_det),
-    ]
-    lower = jnp.max(jnp.stack([jnp.where(jnp.isfinite(x), x, -jnp.inf) for x in lowers]))
-    upper = jnp.min(jnp.stack([jnp.where(jnp.isfinite(x), x, jnp.inf) for x in uppers]))
-    return shifted_bracket(lower, upper, d_log_c)
+    lowers = {
+        "huber_lower": -jnp.sum(w * logsumexp(log_weights[None, :] + log_n, axis=1)),
+        "pairwise_bhattacharyya_lower": pairwise_bound(log_weights, h_lo, bhatt),
+        "heaviest_pair_lower": heaviest_pair_lower(log_weights, locs, h_lo, _spread(cov_factor, cov_diag)),
+    }
+    uppers = {
+        "huber_upper": jnp.sum(w * (h_hi - safe_log_w)),
+        "pairwise_kl_upper": pairwise_bound(log_weights, h_hi, kl),
+        "certified_upper": certified_upper(log_weights, locs, cov_factor, cov_diag, p, log_det),
+    }
+    if exact_moment_matched:
+        K, r = cov_factor.shape[0], cov_factor.shape[-1]
+        if K * (r + 1) <= MOMENT_MATCHED_MAX_SIDE:
+            mm = 0.5 * (d * (LOG_2PI + 1.0) + moment_matched_log_det(log_weights, locs, cov_factor, cov_diag))
+            uppers["moment_matched_upper"] = jnp.minimum(mm, uppers["certified_upper"])
+        else:
+            uppers["moment_matched_upper"] = uppers["certified_upper"]
+    return lowers, uppers, d_log_c
+
+
+#: The single bounds of low-rank components that :func:`named_bound` computes on the factors,
+#: by the names of ``numpyro_gmm.ENTROPY_METHODS``.
+NAMED_BOUNDS = ("huber_lower", "huber_upper", "pairwise_bhattacharyya_lower", "pairwise_kl_upper", "moment_matched_upper")
+
+
+def named_bound(name: str, log_weights: Array, locs: Array, cov_factor: Array, cov_diag: Array) -> Array:
+    """One certified bound of :data:`NAMED_BOUNDS` on the factors (no ``d x d`` matrix), in the
+    inputs' units, widened outwards for rounding as :func:`entropy_bounds` widens its bracket
+    (:func:`~numpyro_gmm._kernels.bounds.shifted_bracket`)."""
+    lowers, uppers, d_log_c = bound_terms(log_weights, locs, cov_factor, cov_diag,
+                                          exact_moment_matched=name == "moment_matched_upper")
+    value = {**lowers, **uppers}[name]
+    sign = -1.0 if name in lowers else 1.0
+    finite = jnp.isfinite(value)
+    value = jnp.where(finite, value, 0.0)
+    lower, upper = shifted_bracket(value, value, d_log_c)
+    return jnp.where(finite, lower if sign < 0 else upper, sign * jnp.inf)
