@@ -374,22 +374,31 @@ def log_det_bracket(a: Array, dot_length: int) -> tuple[Array, Array]:
     Algorithms*, 2002, theorem 10.3) are entrywise at most ``c sqrt(A_jj A_kk)``, ``c = (t +
     s + 7) eps``. With ``D = diag(A)`` and the correlation matrix ``C = D^-1/2 A D^-1/2``, the
     eigenvalues ``lambda_i`` of ``A^-1 E`` are those of ``C^-1 E'`` (``|E'_jk| <= c``), so
-    ``sum |lambda_i| <= ||C^-1||_* ||E'||_2 <= tr(C^-1) c s =: e`` (also a bound on their
-    largest), and ``|ln|A + E| - ln|A|| = |sum ln(1 + lambda_i)| <= 2 e`` while ``e <= 1/2``.
-    ``tr(C^-1) = sum_j A_jj (A^-1)_jj`` comes from the computed factor, i.e. from ``A + E``,
-    which moves each ``(A^-1)_jj`` by at most a factor 2 then: it is doubled. Tight for a
-    well-conditioned ``A`` (``e`` about ``c s^2``), infinite where ``A``'s correlations make
-    its factor inaccurate. The correction carries no derivative.
+    ``sum |lambda_i| <= ||C^-1 E'||_* <= ||C^-1||_F ||E'||_F <= ||C^-1||_F c s =: e`` (Hoelder;
+    also a bound on their largest), and ``|ln|A + E| - ln|A|| = |sum ln(1 + lambda_i)| <= 2 e``
+    while ``e <= 1/2``. ``||C^-1||_F^2 = sum_jk A_jj A_kk (A^-1)_jk^2`` comes from the computed
+    factor, i.e. from ``A + E``; while ``e <= 1/2``, ``A + E <= 3/2 A``, so ``A^-1 <= 3/2 (A +
+    E)^-1`` in the Loewner order, which the congruence by ``D^1/2`` keeps and the Frobenius
+    norm of positive semi-definite matrices respects: it is doubled. About ``c s^1.5`` for a
+    well-conditioned ``A``; infinite where ``A``'s correlations make its factor inaccurate.
+    Before, ``tr(C^-1)`` (``>= ||C^-1||_F``) stood in its place: ``c s^2`` at best, and on
+    moment-matched covariances of four random full components (float32) 2.4-6.5x the present
+    bound (``2 e`` 0.33-0.49 -> 0.05-0.09 at ``s = 60``, 0.04 -> 0.01 at ``s = 30``); the
+    moment-matched bound 0.20 -> 0.033 nats above the truth at ``d = 60``, 0.019 -> 0.004 at
+    ``d = 30`` (``tests/test_estimators.py::test_moment_matched_bound_of_full_components_is_tight``),
+    and on 150 random mixtures (K = 1-8, d = 3-60, axis scale ratios up to 1e4) never below the
+    float64 truth, its median excess 0.024 -> 0.009 nats. The correction carries no derivative.
     """
     s = a.shape[-1]
     eps = jnp.finfo(a.dtype).eps
     a = 0.5 * (a + a.T)
     chol = cholesky(a)
     log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
-    fixed = lax.stop_gradient(chol)
-    inv_diag = jnp.sum(jnp.square(tril_inverse(fixed)), 0)  # (A^-1)_jj = |L^-1 e_j|^2
-    trace_c_inv = 2.0 * jnp.sum(jnp.diagonal(lax.stop_gradient(a)) * inv_diag)
-    e = (dot_length + s + 7) * eps * s * trace_c_inv
+    l_inv = tril_inverse(lax.stop_gradient(chol))
+    root_diag = jnp.sqrt(jnp.diagonal(lax.stop_gradient(a)))
+    scaled = l_inv * root_diag[None, :]  # L^-1 D^1/2: C^-1 = (L^-1 D^1/2)^T (L^-1 D^1/2)
+    frobenius_c_inv = 2.0 * jnp.sqrt(jnp.sum(jnp.square(scaled.T @ scaled)))
+    e = (dot_length + s + 7) * eps * s * frobenius_c_inv
     ok = (e <= 0.5) & jnp.isfinite(log_det) & jnp.isfinite(e)
     return jnp.where(ok, log_det - 2.0 * e, -jnp.inf), jnp.where(ok, log_det + 2.0 * e, jnp.inf)
 
