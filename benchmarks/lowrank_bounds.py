@@ -36,31 +36,43 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.methods:
         return single_bounds(a)
+    columns = ["first call (s)", "per call (ms)", "memory (MiB)", "lower", "upper", "width", "default inside"]
+    for K, d, r, spread, mix in _mixtures(a, "; memory = XLA's planned arguments + outputs + temporaries", columns):
+        (lower, upper), first, best = _timed(mix.entropy_bounds)
+        compiled = jax.jit(lambda lg, m, w, dg: lowrank_kernel.entropy_bounds(jax.nn.log_softmax(lg), m, w, dg)).lower(
+            mix.logits, mix.loc, mix.cov_factor, mix.cov_diag).compile()
+        mem = compiled.memory_analysis()
+        mib = (mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes) / 2**20
+        h = float(mix.entropy())
+        print(f"| {K} | {d} | {r} | {spread:g} | {first:.2f} | {1e3 * best:.1f} | {mib:.1f} | {lower:.4f} | "
+              f"{upper:.4f} | {upper - lower:.2e} | {'yes' if lower <= h <= upper else 'NO'} |", flush=True)
+
+
+def _timed(fn):
+    """``(fn()'s value(s) as float, first call (s), best of 3 later calls (s))``, caches cleared first."""
+    jax.clear_caches()
+    t = time.perf_counter()
+    out = jax.tree.map(float, fn())
+    first = time.perf_counter() - t
+    best = np.inf
+    for _ in range(3):
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        best = min(best, time.perf_counter() - t)
+    return out, first, best
+
+
+def _mixtures(a, note, columns):
+    """Print the table's preamble and header; yield ``(K, d, r, spread, mixture)`` per row group."""
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
     print(f"devices: {jax.devices()}; {jnp.dtype(dtype).name}; first call = compilation + one run, "
-          "per call = best of 3; memory = XLA's planned arguments + outputs + temporaries\n")
-    print("| K | d | r | means' spread | first call (s) | per call (ms) | memory (MiB) | lower | upper | width | default inside |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          f"per call = best of 3{note}\n")
+    print("| K | d | r | means' spread | " + " | ".join(columns) + " |")
+    print("|---" * (4 + len(columns)) + "|")
     for size in a.sizes.split(","):
         K, d, r = map(int, size.split("x"))
         for spread in map(float, a.spreads.split(",")):
-            mix = _mixture(K, d, r, spread, dtype)
-            jax.clear_caches()
-            t = time.perf_counter()
-            lower, upper = (float(x) for x in mix.entropy_bounds())
-            first = time.perf_counter() - t
-            best = np.inf
-            for _ in range(3):
-                t = time.perf_counter()
-                jax.block_until_ready(mix.entropy_bounds())
-                best = min(best, time.perf_counter() - t)
-            compiled = jax.jit(lambda lg, m, w, dg: lowrank_kernel.entropy_bounds(jax.nn.log_softmax(lg), m, w, dg)).lower(
-                mix.logits, mix.loc, mix.cov_factor, mix.cov_diag).compile()
-            mem = compiled.memory_analysis()
-            mib = (mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes) / 2**20
-            h = float(mix.entropy())
-            print(f"| {K} | {d} | {r} | {spread:g} | {first:.2f} | {1e3 * best:.1f} | {mib:.1f} | {lower:.4f} | "
-                  f"{upper:.4f} | {upper - lower:.2e} | {'yes' if lower <= h <= upper else 'NO'} |", flush=True)
+            yield K, d, r, spread, _mixture(K, d, r, spread, dtype)
 
 
 def _mixture(K, d, r, spread, dtype):
@@ -74,28 +86,13 @@ def _mixture(K, d, r, spread, dtype):
 def single_bounds(a):
     """The table of ``--methods``: first call and best of 3 per bound, its value, and the bracket
     of ``entropy_bounds()`` beside it."""
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    print(f"devices: {jax.devices()}; {jnp.dtype(dtype).name}; first call = compilation + one run, per call = best of 3\n")
-    print("| K | d | r | means' spread | method | first call (s) | per call (ms) | value | entropy_bounds() |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for size in a.sizes.split(","):
-        K, d, r = map(int, size.split("x"))
-        for spread in map(float, a.spreads.split(",")):
-            mix = _mixture(K, d, r, spread, dtype)
-            lower, upper = (float(x) for x in mix.entropy_bounds())
-            for method in a.methods.split(","):
-                jax.clear_caches()
-                t = time.perf_counter()
-                value = float(mix.entropy(method))
-                first = time.perf_counter() - t
-                best = np.inf
-                for _ in range(3):
-                    t = time.perf_counter()
-                    jax.block_until_ready(mix.entropy(method))
-                    best = min(best, time.perf_counter() - t)
-                print(f"| {K} | {d} | {r} | {spread:g} | {method} | {first:.2f} | {1e3 * best:.1f} | {value:.4f} | "
-                      f"[{lower:.4f}, {upper:.4f}] |", flush=True)
-
+    columns = ["method", "first call (s)", "per call (ms)", "value", "entropy_bounds()"]
+    for K, d, r, spread, mix in _mixtures(a, "", columns):
+        lower, upper = (float(x) for x in mix.entropy_bounds())
+        for method in a.methods.split(","):
+            value, first, best = _timed(lambda: mix.entropy(method))
+            print(f"| {K} | {d} | {r} | {spread:g} | {method} | {first:.2f} | {1e3 * best:.1f} | {value:.4f} | "
+                  f"[{lower:.4f}, {upper:.4f}] |", flush=True)
 
 if __name__ == "__main__":
     main()
