@@ -973,9 +973,8 @@ def _lowrank_bounds_compiled(logits, locs, cov_factor, cov_diag, *, dtype, name=
     if name is None:
         bounds = _lowrank.entropy_bounds(log_softmax(logits), locs, cov_factor, cov_diag)
     else:
-        bounds = (_lowrank.named_bound(name, log_softmax(logits), locs, cov_factor, cov_diag),)
-    out = tuple(jnp.where(ok, b, jnp.asarray(jnp.nan, b.dtype)) for b in bounds)
-    return out if name is None else out[0]
+        bounds = _lowrank.named_bound(name, log_softmax(logits), locs, cov_factor, cov_diag)
+    return jax.tree.map(lambda b: jnp.where(ok, b, jnp.asarray(jnp.nan, b.dtype)), bounds)
 
 
 def lowrank_entropy_bounds(logits: Array, locs: Array, cov_factor: Array, cov_diag: Array) -> tuple[Array, Array]:
