@@ -12,7 +12,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro import handlers
 from numpyro.distributions import constraints
-from numpyro.infer import SVI
+from numpyro.infer import SVI, Predictive
 from numpyro.infer.initialization import init_to_value
 from scipy import optimize, stats
 
@@ -324,3 +324,51 @@ def test_full_covariance_stays_near_an_exact_start_under_adam():
     state = jax.jit(lambda s: jax.lax.fori_loop(0, 300, lambda i, s: svi.update(s)[0], s))(state)
     end = svi.get_params(state)
     assert _gaussian_kl(end["auto_locs"][0], end["auto_scale_tril"][0], mean, cov) < 2.0
+
+
+def poisson_regression(x, N, batch_size=None):
+    """NumPyro's ``test/test_pickle.py`` model: a global rate under a subsampling plate."""
+    rate = numpyro.sample("param", dist.Gamma(1.0, 1.0))
+    batch_size = len(x) if x is not None else None
+    with numpyro.plate("batch", N, batch_size):
+        numpyro.sample("x", dist.Poisson(rate), obs=x)
+
+
+@pytest.mark.parametrize("covariance", ["diag", "full"])
+def test_guide_pickles_before_and_after_fitting(covariance):
+    """As NumPyro's ``test_pickle_autoguide`` (its model, three SVI steps, ``Predictive`` with
+    the unpickled guide), and more: the unpickled guide draws what the original draws, and a
+    new ``SVI.init`` with it (the initial fits run the model again, from its stored
+    arguments) gives the original's initial parameters; pickled before its first call, it
+    fits as the original does. Before, the guide kept its compiled initialisation and a
+    closure over the model's arguments, and ``pickle.dumps`` raised after the first call."""
+    import pickle
+
+    x = np.random.default_rng(0).poisson(1.0, size=(100,))
+    options = dict(num_components=2, covariance=covariance, num_init_fits=8, init_fit_steps=20)
+
+    def run(guide):
+        svi = SVI(poisson_regression, guide, numpyro.optim.Adam(1e-2), TraceEntropy_ELBO())
+        return svi, svi.run(jax.random.PRNGKey(1), 3, x, len(x), progress_bar=False)
+
+    unfitted = pickle.loads(pickle.dumps(AutoGaussianMixture(poisson_regression, **options)))
+    guide = AutoGaussianMixture(poisson_regression, **options)
+    svi, result = run(guide)
+    _, result_unfitted = run(unfitted)
+    for name, value in result.params.items():
+        np.testing.assert_array_equal(result_unfitted.params[name], value)
+
+    pickled = pickle.loads(pickle.dumps(guide))
+    predictive = Predictive(poisson_regression, guide=pickled, params=result.params, num_samples=3,
+                            return_sites=["param", "x"])
+    samples = predictive(jax.random.PRNGKey(2), None, 1)
+    assert set(samples) == {"param", "x"}
+    original = Predictive(poisson_regression, guide=guide, params=result.params, num_samples=3,
+                          return_sites=["param"])(jax.random.PRNGKey(2), None, 1)
+    np.testing.assert_array_equal(samples["param"], original["param"])
+
+    key = jax.random.PRNGKey(5)
+    state = SVI(poisson_regression, pickled, numpyro.optim.Adam(1e-2), TraceEntropy_ELBO()).init(key, x, len(x))
+    expected = svi.get_params(svi.init(key, x, len(x)))
+    for name, value in expected.items():
+        np.testing.assert_array_equal(svi.get_params(state)[name], value)

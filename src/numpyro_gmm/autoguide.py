@@ -496,23 +496,35 @@ class AutoGaussianMixture(AutoContinuous):
         # the compiled initialisation of this prototype (_run_once): a later SVI.init with
         # another key reuses it instead of compiling it again (2.5-3 s each on bimodal_gauss)
         self._init_programs = {}
+        # the model's arguments, for the prior draws of the starting points (_draw_start)
+        self._prototype_args = (args, kwargs)
         if self.covariance == "full":
             _check_full_covariance_memory(self.num_components, self.latent_dim, jnp.result_type(self._init_latent))
-        model = self.model
-        names = list(self._init_locs)
 
-        def draw(key, strategy):
-            """One starting point: ``strategy`` per site, in unconstrained space, ravelled."""
-            with handlers.block():
-                seeded = handlers.substitute(handlers.seed(model, key), substitute_fn=strategy)
-                tr = handlers.trace(seeded).get_trace(*args, **kwargs)
-            flat = []  # the order of AutoContinuous's ravel: that of _init_locs
-            for name in names:
-                site = tr[name]
-                flat.append(jnp.reshape(biject_to(site["fn"].support).inv(site["value"]), -1))
-            return jnp.concatenate(flat)
+    def __getstate__(self):
+        # the compiled programs are a cache of jitted functions, which pickle cannot store:
+        # dropped, and compiled again where needed (as NumPyro's autoguides, the guide
+        # pickles before and after its first call)
+        state = self.__dict__.copy()
+        state.pop("_init_programs", None)
+        return state
 
-        self._draw_start = draw
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if "_prototype_args" in state:
+            self._init_programs = {}
+
+    def _draw_start(self, key, strategy):
+        """One starting point: ``strategy`` per site, in unconstrained space, ravelled."""
+        args, kwargs = self._prototype_args
+        with handlers.block():
+            seeded = handlers.substitute(handlers.seed(self.model, key), substitute_fn=strategy)
+            tr = handlers.trace(seeded).get_trace(*args, **kwargs)
+        flat = []  # the order of AutoContinuous's ravel: that of _init_locs
+        for name in self._init_locs:
+            site = tr[name]
+            flat.append(jnp.reshape(biject_to(site["fn"].support).inv(site["value"]), -1))
+        return jnp.concatenate(flat)
 
     def starting_points(self, rng_key):
         """The ``(num_init_fits, latent_dim)`` starting points of ``init_method="fits"``
