@@ -105,7 +105,7 @@ def entropy_time(guide, params, n_calls=50):
 
 
 def gradient_stats(loss, params, model, guide, args, reps, key):
-    names = ("auto_logits", "auto_locs")
+    names = ("auto_logits", "auto_locs_offset")
 
     def one(k):
         def f(sub):
@@ -185,8 +185,8 @@ def main(argv=None):
                     mse / mse_e,
                     g["auto_logits"][1],
                     g["auto_logits"][1] / ge["auto_logits"][1],
-                    g["auto_locs"][1],
-                    g["auto_locs"][1] / ge["auto_locs"][1],
+                    g["auto_locs_offset"][1],
+                    g["auto_locs_offset"][1] / ge["auto_locs_offset"][1],
                 )
             )
 

@@ -117,3 +117,19 @@ def run_fresh_python_json(script: str, *args: str, **kwargs):
     import json
 
     return json.loads(run_fresh_python(script, *args, **kwargs).strip().splitlines()[-1])
+
+
+def guide_params(locs, prefix="auto", **others):
+    """AutoGaussianMixture parameters with the component means ``locs``: the guide's
+    ``locs = locs_origin + locs_unit * locs_offset`` with origin ``locs``, unit 1 and offset 0,
+    and ``others`` (logits, the covariance factors) as given."""
+    locs = np.asarray(locs)
+    return {f"{prefix}_locs_origin": locs, f"{prefix}_locs_unit": np.ones_like(locs),
+            f"{prefix}_locs_offset": np.zeros_like(locs), **others}
+
+
+def guide_locs(params, prefix="auto"):
+    """``(K, d)`` float64 component means of AutoGaussianMixture parameters (origin + unit *
+    offset, the guide's definition)."""
+    p = {k: np.asarray(params[f"{prefix}_locs_{k}"], np.float64) for k in ("origin", "unit", "offset")}
+    return p["origin"] + p["unit"] * p["offset"]

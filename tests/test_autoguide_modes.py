@@ -19,7 +19,7 @@ from numpyro import handlers
 from numpyro.infer import SVI, Predictive
 from scipy import integrate, stats
 
-from conftest import X64
+from conftest import X64, guide_locs
 from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
 from numpyro_gmm._kernels.init_fits import (
     choose_separated,
@@ -115,7 +115,7 @@ def test_defaults_keep_both_modes_short_training():
 @pytest.mark.parametrize("covariance", ["full", "diag"])
 def test_initial_components_on_different_modes(covariance):
     guide, params = fitted_guide(bimodal_model, num_components=2, covariance=covariance)
-    locs = np.asarray(params["auto_locs"])
+    locs = guide_locs(params)
     assert locs.shape == (2, 1)
     # the modes of p(a | y) are at a = +-sqrt(4 - 0.25/9 * ...) ~ +-2: one component each
     np.testing.assert_allclose(np.sort(locs[:, 0]), [-2.0, 2.0], atol=0.1)
@@ -182,7 +182,7 @@ def test_starting_points_and_fits_shapes():
 @pytest.mark.float32_pass
 def test_constrained_sites_sample_posterior_and_predictive():
     guide, params = fitted_guide(constrained_model, num_components=2)
-    locs = np.asarray(params["auto_locs"])
+    locs = guide_locs(params)
     assert np.all(np.isfinite(locs)) and locs.shape == (2, guide.latent_dim)
     assert np.sign(locs[0, 0]) != np.sign(locs[1, 0])  # one component per mode of a
     draws = guide.sample_posterior(jax.random.PRNGKey(1), params, sample_shape=(500,))
@@ -231,7 +231,7 @@ def test_initialisation_compiled_once_per_prototype_with_its_options(monkeypatch
     first, second = init(5, guide), init(6, guide)
     assert len(traced) == 1
     assert "plain" not in guide._init_programs and guide._init_programs["tuned"] is not None
-    assert np.all(np.isfinite(second["auto_locs"]))
+    assert np.all(np.isfinite(guide_locs(second)))
 
     monkeypatch.setattr(ag, "INIT_COMPILER_OPTIONS", {"xla_no_such_option_of_this_test": False})
     other = AutoGaussianMixture(bimodal_model, num_components=2)
@@ -244,7 +244,7 @@ def test_initialisation_compiled_once_per_prototype_with_its_options(monkeypatch
 
 def test_spread_method_keeps_components_around_init_point():
     guide, params = fitted_guide(bimodal_model, num_components=2, init_method="spread", init_scale=0.2)
-    locs = np.asarray(params["auto_locs"])
+    locs = guide_locs(params)
     np.testing.assert_allclose(locs.mean(0), guide._init_latent, atol=1e-5)
     np.testing.assert_allclose(np.sqrt(np.mean(np.sum((locs - locs.mean(0)) ** 2, -1))), 0.6, rtol=1e-5)
 
@@ -436,7 +436,7 @@ def test_wide_prior_initial_components_on_both_modes_at_the_posterior_location(c
     components started at x_1 = 6.4-6.8) and both in one mode of a in 2 of seeds 0-3; now they sit
     at x's posterior mean (closed form) and at a of both signs."""
     guide, params = fitted_guide(wide_prior_model, num_components=2, covariance=covariance)
-    locs = np.asarray(params["auto_locs"])  # (2, 3): a, x_1, x_2
+    locs = guide_locs(params)  # (2, 3): a, x_1, x_2
     shrink = 1e6 / (1e6 + 1.0)
     np.testing.assert_allclose(locs[:, 1:], np.broadcast_to(np.array([100.0, -30.0]) * shrink, (2, 2)), atol=1e-3)
     assert sorted(np.sign(locs[:, 0]).tolist()) == [-1.0, 1.0], locs

@@ -18,7 +18,7 @@ import pytest
 from scipy import integrate
 
 import reference
-from conftest import X64, ftype, run_fresh_python_json
+from conftest import X64, ftype, guide_params, run_fresh_python_json
 from xla_flags import without_cheap_codegen
 from numpyro_gmm import (
     AutoGaussianMixture,
@@ -522,11 +522,11 @@ def test_elbo_randomises_the_mixing_rule():
     guide = AutoGaussianMixture(model, num_components=3)
     with numpyro.handlers.seed(rng_seed=0):
         guide()
-    params = {
-        "auto_logits": _as([0.1, -0.3, 0.2]),
-        "auto_locs": _as([[-1.0, 0.0], [0.5, 0.5], [1.0, -1.0]]),
-        "auto_scale_tril": _as(np.broadcast_to(np.eye(2), (3, 2, 2)) * 0.7),
-    }
+    params = guide_params(
+        _as([[-1.0, 0.0], [0.5, 0.5], [1.0, -1.0]]),
+        auto_logits=_as([0.1, -0.3, 0.2]),
+        auto_scale_tril=_as(np.broadcast_to(np.eye(2), (3, 2, 2)) * 0.7),
+    )
     key = jax.random.PRNGKey(3)
     l_rand = TraceEntropy_ELBO().loss(key, params, model, guide)
     l_fixed = TraceEntropy_ELBO(randomize_entropy=False).loss(key, params, model, guide)

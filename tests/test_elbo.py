@@ -16,7 +16,7 @@ from numpyro.infer.autoguide import AutoNormal
 from scipy import stats
 from scipy.special import logsumexp
 
-from conftest import X64
+from conftest import X64, guide_locs, guide_params
 from numpyro_gmm import AutoGaussianMixture, GaussianMixture, TraceEntropy_ELBO
 
 # ----------------------------------------------------------------------------- models
@@ -125,11 +125,11 @@ def test_value_without_mixture_matches_quadrature():
 
 
 def _mixture_params(dtype):
-    return {
-        "auto_logits": jnp.asarray([0.3, -0.2], dtype),
-        "auto_locs": jnp.asarray([[0.1], [0.9]], dtype),
-        "auto_scale_tril": jnp.asarray([[[0.3]], [[0.5]]], dtype),
-    }
+    return guide_params(
+        jnp.asarray([[0.1], [0.9]], dtype),
+        auto_logits=jnp.asarray([0.3, -0.2], dtype),
+        auto_scale_tril=jnp.asarray([[[0.3]], [[0.5]]], dtype),
+    )
 
 
 def _mixture_reference(params):
@@ -138,7 +138,7 @@ def _mixture_reference(params):
     float64."""
     logits = np.asarray(params["auto_logits"], np.float64)
     w = np.exp(logits - logsumexp(logits))
-    mu = np.asarray(params["auto_locs"], np.float64)[:, 0]
+    mu = guide_locs(params)[:, 0]
     sd = np.asarray(params["auto_scale_tril"], np.float64)[:, 0, 0]
     x, gw = gauss_hermite()
     f = scale_log_joint_unconstrained((mu[:, None] + sd[:, None] * x[None]).ravel()).reshape(2, -1)
@@ -326,7 +326,7 @@ def _assert_only_the_logits_gradient_changes_and_is_unbiased(elbo):
     (v_ref, g_ref), (v, g) = jax.jit(jax.vmap(both))(keys)
     rtol = 1e-12 if X64 else 1e-5
     np.testing.assert_allclose(v, v_ref, rtol=rtol, atol=rtol)
-    for name in ("auto_locs", "auto_scale_tril"):
+    for name in ("auto_locs_offset", "auto_scale_tril"):
         np.testing.assert_allclose(g[name], g_ref[name], rtol=rtol, atol=rtol)
     grads = np.asarray(g["auto_logits"], np.float64)
     assert not np.allclose(grads, np.asarray(g_ref["auto_logits"], np.float64))
@@ -359,7 +359,7 @@ def _exact_component_gradients(params):
         return -(cross + entropy)
 
     out = {}
-    for name in ("auto_locs", "auto_scale_tril"):
+    for name in ("auto_locs_offset", "auto_scale_tril"):
         value = np.asarray(params[name], np.float64)
         grad = np.zeros_like(value)
         for i in np.ndindex(value.shape):
@@ -388,7 +388,7 @@ def test_path_gradient_keeps_the_value_and_the_weights_and_is_unbiased():
     np.testing.assert_allclose(v, v_ref, rtol=rtol, atol=rtol)
     np.testing.assert_allclose(g["auto_logits"], g_ref["auto_logits"], rtol=rtol, atol=10 * rtol)
     exact = _exact_component_gradients(params)
-    for name in ("auto_locs", "auto_scale_tril"):
+    for name in ("auto_locs_offset", "auto_scale_tril"):
         assert not np.allclose(g[name], g_ref[name])
         for grads in (g[name], g_ref[name]):
             grads = np.asarray(grads, np.float64).reshape(len(keys), -1)
@@ -429,7 +429,7 @@ def _exact_fit_setup(covariance, logits=EXACT_FIT_LOGITS):
     guide = AutoGaussianMixture(model, num_components=3, covariance=covariance, init_method="spread",
                                 **({"rank": r} if covariance == "lowrank" else {}))
     setup_guide(guide, model)
-    params = {"auto_logits": jnp.asarray(logits, dt), "auto_locs": jnp.asarray(locs, dt)}
+    params = guide_params(jnp.asarray(locs, dt), auto_logits=jnp.asarray(logits, dt))
     if covariance == "full":
         params["auto_scale_tril"] = jnp.asarray(np.eye(d) * sds[:, None], dt)
     elif covariance == "diag":
@@ -479,6 +479,9 @@ def test_path_gradient_removes_the_noise_of_the_components_at_an_exact_fit(covar
         return {name: np.asarray(v, np.float64) for name, v in g.items() if name != "auto_logits"}
 
     path, plain = component_grads(TraceEntropy_ELBO()), component_grads(TraceEntropy_ELBO(path_gradient=False))
+    for name in ("auto_locs_origin", "auto_locs_unit"):  # held fixed: no gradient at all
+        np.testing.assert_array_equal(path.pop(name), 0.0)
+        np.testing.assert_array_equal(plain.pop(name), 0.0)
     tol = 1e-6 if X64 else 2e-4
     for name in path:
         np.testing.assert_allclose(path[name], 0.0, atol=tol)

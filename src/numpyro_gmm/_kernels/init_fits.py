@@ -295,3 +295,16 @@ def laplace_or_diagonal(factors: Array, scales: Array) -> Array:
     :func:`laplace_scale_tril`)."""
     diagonal = scales[..., None] * jnp.eye(factors.shape[-1], dtype=factors.dtype)
     return jnp.where(_is_factor(factors)[..., None, None], factors, diagonal)
+
+
+def location_units(scales: Array, factors: Array | None) -> Array:
+    """``(K, d)`` units of the components' location steps (AutoGaussianMixture's
+    ``locs = locs_origin + locs_unit * locs_offset``): the refined standard deviations
+    ``1 / sqrt(H_ii)`` where the Newton refinement ran and its Hessian at the mean is positive
+    definite (``factors`` of :func:`newton_refine`, NaN elsewhere), 1 elsewhere, and 1
+    everywhere without the refinement (``factors`` ``None``). Only a refined fit's mean is at
+    a mode, so that only there is a step of a fraction of a standard deviation the right size;
+    elsewhere the mean may still have far to go."""
+    if factors is None:
+        return jnp.ones_like(scales)
+    return jnp.where(_is_factor(factors)[:, None], scales, jnp.ones_like(scales))
