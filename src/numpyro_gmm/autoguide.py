@@ -319,7 +319,8 @@ class AutoGaussianMixture(AutoContinuous):
     :class:`~numpyro_gmm.TraceEntropy_ELBO`'s control variate in the weights' gradient,
     ``weight_control_variate``, which removes most of that noise where the components fit
     their modes: with both, the median errors on that benchmark's seven models are
-    0.005-0.014; with the components' path gradient as well, 0.006-0.020.)
+    0.005-0.014; with the components' path gradient as well, 0.006-0.020; with the location
+    steps in units of the fits' standard deviations (**Locations**), 0.004-0.012.)
 
     **Cholesky factors** (``covariance="full"``). Each ``scale_tril`` is
     ``L = diag(s) (I + N)`` (NumPyro's ``scaled_unit_lower_cholesky``) with the strictly
