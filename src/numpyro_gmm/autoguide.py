@@ -287,7 +287,8 @@ class AutoGaussianMixture(AutoContinuous):
     unit, where the Newton refinement of step 2 certified a mode (its Hessian there positive
     definite), the refined standard deviation ``1 / sqrt(H_ii)``, else 1 (``"spread"``,
     ``latent_dim > NEWTON_MAX_DIM``, ``init_newton_steps=0``, a fit at a saddle); neither
-    gets a gradient, so an optimiser leaves them where they start. An Adam-type optimiser
+    gets a gradient, so an optimiser leaves them where they start (one that moves only
+    parameters with a gradient: weight decay would shrink them). An Adam-type optimiser
     moves each offset about ``lr`` per step whatever the size of its gradient, so a mean
     moves about ``lr`` of its standard deviations, not ``lr`` in the model's units: with
     unscaled means a posterior with standard deviations of ``1e-4`` (data with small noise,
@@ -681,7 +682,8 @@ class AutoGaussianMixture(AutoContinuous):
             f"{self.prefix}_logits", jnp.zeros(K, dtype), constraint=_ScaledReal(self.weight_step_scale)
         )
         # locs = origin + unit * offset, only the offset optimised (**Locations** in the class
-        # docstring): the origin and the unit get no gradient, so an optimiser leaves them
+        # docstring): the origin and the unit get no gradient, so an optimiser (without weight
+        # decay) leaves them
         origin = numpyro.param(f"{self.prefix}_locs_origin", lambda key: initial(key)[0])
         unit = numpyro.param(f"{self.prefix}_locs_unit", lambda key: initial(key)[3])
         offset = numpyro.param(f"{self.prefix}_locs_offset", jnp.zeros((K, self.latent_dim), dtype))
