@@ -25,6 +25,7 @@ from numpyro_gmm._kernels.init_fits import (
     choose_separated,
     fit_diagonal_gaussians,
     laplace_scale_tril,
+    location_units,
     newton_refine,
 )
 
@@ -240,6 +241,29 @@ def test_initialisation_compiled_once_per_prototype_with_its_options(monkeypatch
     tol = 1e-10 if X64 else 1e-4
     for k in first:
         np.testing.assert_allclose(fallback[k], first[k], atol=tol)
+
+
+def test_location_units():
+    """The units of the location steps: the refined fits' standard deviations where the
+    Newton refinement certified a mode (each component of the bimodal model sits on one; the
+    standard deviation of each half of the posterior, by quadrature, as in
+    ``test_initial_components_on_different_modes``), 1 without the refinement and for
+    ``"spread"``, and 1 for a fit whose Hessian was not positive definite (NaN factor)."""
+    guide, params = fitted_guide(bimodal_model, num_components=2, covariance="diag")
+    np.testing.assert_array_equal(params["auto_locs_unit"], params["auto_scale"])
+    np.testing.assert_array_equal(params["auto_locs_offset"], np.zeros((2, 1)))
+    dens = lambda a: stats.norm.pdf(a, 0, 3) * stats.norm.pdf(4.0, a**2, 0.5)  # noqa: E731
+    z = integrate.quad(dens, 0, 10)[0]
+    m1 = integrate.quad(lambda a: a * dens(a), 0, 10)[0] / z
+    sd = np.sqrt(integrate.quad(lambda a: a * a * dens(a), 0, 10)[0] / z - m1**2)
+    np.testing.assert_allclose(np.asarray(params["auto_locs_unit"])[:, 0], sd, rtol=0.25)
+    for options in ({"init_newton_steps": 0}, {"init_method": "spread"}):
+        _, params = fitted_guide(bimodal_model, num_components=2, **options)
+        np.testing.assert_array_equal(params["auto_locs_unit"], np.ones((2, 1)))
+    scales = jnp.asarray([[0.5, 2.0], [0.1, 0.3]])
+    factors = jnp.asarray([np.diag([0.5, 2.0]), np.full((2, 2), np.nan)])
+    np.testing.assert_array_equal(location_units(scales, factors), [[0.5, 2.0], [1.0, 1.0]])
+    np.testing.assert_array_equal(location_units(scales, None), np.ones((2, 2)))
 
 
 def test_spread_method_keeps_components_around_init_point():
