@@ -231,7 +231,13 @@ class AutoGaussianMixture(AutoContinuous):
     the auxiliary site ``_{prefix}_latent`` and emits a ``Delta`` per model site carrying
     the log-Jacobian of the constraining transform. Train it with
     :class:`~numpyro_gmm.TraceEntropy_ELBO`: under ``Trace_ELBO`` the mixture weights get no
-    useful gradient (sampling the component index is not reparameterisable).
+    useful gradient (sampling the component index is not reparameterisable), and
+    ``TraceGraph_ELBO`` gives every parameter a score-function gradient (``GaussianMixture``
+    is not ``has_rsample``, so NumPyro stops the draws' gradient): unbiased but noisy.
+    Measured on ``a ~ N(0, 3)``, ``b ~ HalfNormal(1)``, four ``y ~ N(a^2, b)`` near 4, 300
+    steps of ``Adam(0.02)`` from the default start (negative ELBO 4.28; 4000 particles):
+    3.93 with ``TraceEntropy_ELBO``, 3.99 with ``Trace_ELBO``, 5.47 with ``TraceGraph_ELBO``,
+    55.9 with ``RenyiELBO`` (2 particles), which drifted away from the posterior.
 
     **Initialisation.** The ELBO is multimodal in the guide's parameters: components that
     start in the basin of the same posterior mode stay in it (only the entropy term pushes
