@@ -36,6 +36,16 @@ def bimodal_model():
     numpyro.sample("y", dist.Normal(a**2, 0.5), obs=4.0)
 
 
+def bimodal_half_sd():
+    """The standard deviation of ``a`` over one half (``a > 0``) of ``bimodal_model``'s
+    posterior, by quadrature (SciPy)."""
+    dens = lambda a: stats.norm.pdf(a, 0, 3) * stats.norm.pdf(4.0, a**2, 0.5)  # noqa: E731
+    z = integrate.quad(dens, 0, 10)[0]
+    m1 = integrate.quad(lambda a: a * dens(a), 0, 10)[0] / z
+    m2 = integrate.quad(lambda a: a * a * dens(a), 0, 10)[0] / z
+    return np.sqrt(m2 - m1**2)
+
+
 def unequal_model():
     """An asymmetric prior under y ~ N(z**2, 1): modes near +-2 of unequal mass."""
     z = numpyro.sample("z", dist.Normal(0.4, 1.5))
@@ -121,11 +131,7 @@ def test_initial_components_on_different_modes(covariance):
     # the modes of p(a | y) are at a = +-sqrt(4 - 0.25/9 * ...) ~ +-2: one component each
     np.testing.assert_allclose(np.sort(locs[:, 0]), [-2.0, 2.0], atol=0.1)
     # their standard deviations: that of each half of the posterior (quadrature)
-    dens = lambda a: stats.norm.pdf(a, 0, 3) * stats.norm.pdf(4.0, a**2, 0.5)  # noqa: E731
-    z = integrate.quad(dens, 0, 10)[0]
-    m1 = integrate.quad(lambda a: a * dens(a), 0, 10)[0] / z
-    m2 = integrate.quad(lambda a: a * a * dens(a), 0, 10)[0] / z
-    sd = np.sqrt(m2 - m1**2)
+    sd = bimodal_half_sd()
     if covariance == "full":
         tril = np.asarray(params["auto_scale_tril"])
         assert tril.shape == (2, 1, 1)
@@ -252,11 +258,7 @@ def test_location_units():
     guide, params = fitted_guide(bimodal_model, num_components=2, covariance="diag")
     np.testing.assert_array_equal(params["auto_locs_unit"], params["auto_scale"])
     np.testing.assert_array_equal(params["auto_locs_offset"], np.zeros((2, 1)))
-    dens = lambda a: stats.norm.pdf(a, 0, 3) * stats.norm.pdf(4.0, a**2, 0.5)  # noqa: E731
-    z = integrate.quad(dens, 0, 10)[0]
-    m1 = integrate.quad(lambda a: a * dens(a), 0, 10)[0] / z
-    sd = np.sqrt(integrate.quad(lambda a: a * a * dens(a), 0, 10)[0] / z - m1**2)
-    np.testing.assert_allclose(np.asarray(params["auto_locs_unit"])[:, 0], sd, rtol=0.25)
+    np.testing.assert_allclose(np.asarray(params["auto_locs_unit"])[:, 0], bimodal_half_sd(), rtol=0.25)
     for options in ({"init_newton_steps": 0}, {"init_method": "spread"}):
         _, params = fitted_guide(bimodal_model, num_components=2, **options)
         np.testing.assert_array_equal(params["auto_locs_unit"], np.ones((2, 1)))
