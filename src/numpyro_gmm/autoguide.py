@@ -27,6 +27,7 @@ from ._kernels.init_fits import (
     location_units,
     newton_refine,
 )
+from ._kernels.memory import MemoryBudget, evaluation_bytes
 from ._validation import check_int
 from .distribution import GaussianMixture
 from .entropy import DEFAULT_METHOD
@@ -43,6 +44,12 @@ _INIT_METHODS = ("fits", "spread")
 NEWTON_MAX_DIM = 100
 #: Quasi-random normal points, common to all fits, of the refined fits' ELBO scores (a power of 2).
 NEWTON_SCORE_DRAWS = 64
+#: Estimated working memory (bytes) of the initialisation's batched evaluations of the log
+#: density, its gradients and Hessians: beyond it they run in chunks (see
+#: :mod:`numpyro_gmm._kernels.memory`; the estimate is an upper bound: XLA's own buffers were
+#: 0.8-1.0 GB at this limit on a logistic regression with 10^5 rows, 1.6-6.6 GB all at once;
+#: ``benchmarks/init_memory.py``). Models whose log density is cheap are not chunked.
+INIT_MEMORY_BYTES = 4 << 30
 #: Largest estimated memory (bytes) of ``covariance="full"``: ``FULL_MEMORY_FACTOR * K d^2``
 #: floats (see :func:`_check_full_covariance_memory`); beyond it the guide raises
 #: ``ValueError`` before allocating. Raise it on a machine with more memory.
@@ -390,6 +397,19 @@ class AutoGaussianMixture(AutoContinuous):
     CPU), first call 8.1 / 12.4 / 13.3 -> 7.7 / 11.3 / 11.1 s (about 5 s of it NumPyro's
     eager set-up, as for ``AutoMultivariateNormal``: 5.8 s), a second call with another key
     3.3 / 5.2 / 4.6 -> 0.02 / 0.07 / 0.07 s.
+    **Memory.** The fits, the refinement's Hessians, line searches and scores evaluate the
+    log density at many points at once; where the estimated working memory of that (one
+    trace of the log density's gradient gives the bytes one evaluation keeps alive) would
+    exceed :data:`INIT_MEMORY_BYTES` (4 GiB) they run in chunks, with the same values.
+    Models whose log density is cheap are unaffected. On a model whose log density grows
+    with its data the initialisation is worth thousands of steps: measured on a logistic
+    regression with ``d = 20`` (``benchmarks/init_memory.py``, docs/performance.md), with
+    ``N = 10^5`` rows ``SVI.init`` took 11 s (``K = 2``) and 36 s (``K = 8``) against
+    AutoMultivariateNormal steps of 1.4 ms, and XLA's buffers 0.8-1.0 GB (1.6 and 6.6 GB
+    all at once, as before the chunks); with ``N = 10^6``, ``K = 2``: 134 s and 1.6 GB peak
+    memory (17.1 GB before). There, fewer ``num_init_fits``, ``init_fit_steps`` or
+    ``init_newton_steps`` cut the cost, or ``init_method="spread"`` for a posterior known
+    to have one mode.
     ``init_method="spread"`` is the cheap alternative: all components around the
     ``init_loc_fn`` point (centred offsets of root-mean-square norm ``init_spread``, the
     vertices of a regular simplex for ``K <= latent_dim + 1``), which finds one mode only
@@ -591,21 +611,29 @@ class AutoGaussianMixture(AutoContinuous):
         """The potential (minus the log joint density) at an unconstrained latent vector."""
         return self._potential_fn(self._unpack_latent(z))
 
+    def _memory_budget(self):
+        """The initialisation's :class:`~numpyro_gmm._kernels.memory.MemoryBudget`: one
+        gradient evaluation of the potential, estimated from one trace of it, against
+        :data:`INIT_MEMORY_BYTES`."""
+        point = jnp.asarray(self._init_latent)
+        return MemoryBudget(evaluation_bytes(jax.value_and_grad(self._latent_potential), point), INIT_MEMORY_BYTES)
+
     def _fits_and_curvature(self, rng_key):
         """:meth:`initial_fits` and the lower Cholesky factors ``(K, d, d)`` of the chosen
         fits' Laplace covariances (inverse Hessians) from the Newton refinement (NaN where
         the Hessian is not positive definite; ``None`` where the refinement did not run)."""
         start_key, fit_key = prng.split(rng_key)
         starts = self.starting_points(start_key)
+        budget = self._memory_budget()
         locs, scales, scores = fit_diagonal_gaussians(
             self._latent_potential, starts, jnp.log(self._init_scale), fit_key,
-            num_steps=self.init_fit_steps, learning_rate=self.init_fit_lr, num_particles=2,
+            num_steps=self.init_fit_steps, learning_rate=self.init_fit_lr, num_particles=2, budget=budget,
         )
         laplace = None
         if self.init_newton_steps and self.latent_dim <= NEWTON_MAX_DIM:
             locs, scales, scores, laplace = newton_refine(
                 self._latent_potential, locs, scales,
-                num_steps=self.init_newton_steps, num_draws=NEWTON_SCORE_DRAWS,
+                num_steps=self.init_newton_steps, num_draws=NEWTON_SCORE_DRAWS, budget=budget,
             )
         chosen = choose_separated(locs, scales, scores, self.num_components, self.init_tolerance)
         return (locs[chosen], scales[chosen], chosen, (locs, scales, scores),
@@ -629,7 +657,7 @@ class AutoGaussianMixture(AutoContinuous):
             return locs, scales, None, units
         if laplace is not None:  # the refinement's Laplace factors at these means
             return locs, scales, laplace_or_diagonal(laplace, scales), units
-        return locs, scales, laplace_scale_tril(self._latent_potential, locs, scales), units
+        return locs, scales, laplace_scale_tril(self._latent_potential, locs, scales, self._memory_budget()), units
 
     def _initial_values(self, rng_key):
         """``(locs (K, d), scales (K, d), scale_tril, units (K, d))`` of the initial

@@ -86,19 +86,22 @@ from jax import lax
 
 from . import prng
 from .gaussian import cholesky_of_inverse
+from .memory import MemoryBudget, map_batched
 from .mixing import normal_quantile, sobol_points
 
 Array = jnp.ndarray
 
 
 def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array, key, *, num_steps: int,
-                           learning_rate: float, num_particles: int):
+                           learning_rate: float, num_particles: int, budget: MemoryBudget | None = None):
     """``M`` independent diagonal-Gaussian ADVI fits (see the module docstring).
 
     :param potential_fn: ``(d,) -> ()``, minus the log joint density.
     :param init_locs: ``(M, d)`` starting means.
     :param init_log_scale: ``(M, d)`` or broadcastable starting log standard deviations.
     :param key: PRNG key.
+    :param budget: the working memory of the fits' gradients (:mod:`.memory`; ``None``: all
+        ``M`` fits at once).
     :return: ``(locs (M, d), scales (M, d), scores (M,))``.
     """
     M, d = init_locs.shape
@@ -111,7 +114,11 @@ def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array
         energy = jnp.mean(jax.vmap(potential_fn)(z))
         return energy - jnp.sum(log_scale)
 
-    value_and_grad = jax.vmap(jax.value_and_grad(neg_elbo))
+    fits_at_once = None if budget is None else budget.batch(num_particles, M)
+
+    def value_and_grad(params, eps):
+        return map_batched(jax.value_and_grad(neg_elbo), fits_at_once, params, eps)
+
     b1, b2, tiny = 0.9, 0.999, 1e-8
     half = num_steps // 2
 
@@ -159,7 +166,8 @@ def score_points(num_points: int, d: int) -> np.ndarray:
     return eps
 
 
-def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, num_draws: int):
+def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, num_draws: int,
+                  budget: MemoryBudget | None = None):
     """Damped Newton refinement of ``M`` fits, their new scales and scores (module docstring).
 
     :param potential_fn: ``(d,) -> ()``, minus the log joint density.
@@ -167,6 +175,9 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
     :param num_draws: the scores' points (:func:`score_points`; a power of 2).
     :param num_steps: Newton iterations (each ``d`` Hessian-vector products and a ``d x d``
         Cholesky factorisation per fit).
+    :param budget: the working memory of the Hessians, line searches and scores
+        (:mod:`.memory`: a Hessian-vector product counted as two gradients, a log density
+        as one; ``None``: everything at once).
     :return: ``(locs (M, d), scales (M, d), scores (M,), factors (M, d, d))``, the last the
         lower Cholesky factors of the inverses of the symmetrised Hessians at the refined
         means, i.e. of the Laplace covariances (NaN where the Hessian is not positive
@@ -176,12 +187,8 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
     dtype = locs.dtype
     lengths = jnp.asarray(NEWTON_STEP_LENGTHS, dtype)
 
-    def grad_and_aux(m):
-        g = jax.grad(potential_fn)(m)
-        return g, g
-
-    # gradient and Hessian from one trace of the potential (forward over reverse)
-    hessian_and_grad = jax.jacfwd(grad_and_aux, has_aux=True)
+    columns_at_once = None if budget is None else budget.batch(2, d)
+    hessian_and_grad = _hessian_and_grad(potential_fn, columns_at_once)
 
     def curvature(m):
         """``(g, H, S, ok)`` at ``m``: the gradient, the symmetrised Hessian, the lower
@@ -215,16 +222,42 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
         m, _, _, diag, factor, ok = lax.fori_loop(0, num_steps + 1, body, state)
         return m, diag, factor, ok
 
-    locs, diag, factors, ok = jax.vmap(refine)(locs)
+    if budget is None:
+        fits_at_once = points_at_once = scores_at_once = None
+    else:
+        fits_at_once = budget.batch(max(len(NEWTON_STEP_LENGTHS), 2 * (columns_at_once or d)), M)
+        points_at_once = budget.batch(1, num_draws)
+        scores_at_once = budget.batch(num_draws, M) if points_at_once == num_draws else 1
+    locs, diag, factors, ok = map_batched(refine, fits_at_once, locs)
     scales = jnp.where(ok[:, None], lax.rsqrt(jnp.where(ok[:, None], diag, 1.0)), scales)
     eps = jnp.asarray(score_points(num_draws, d), dtype)
 
     def score(m, s):
-        u = jax.vmap(potential_fn)(m + s * eps)
+        u = map_batched(potential_fn, points_at_once, m + s * eps)
         value = -jnp.mean(u) + jnp.sum(jnp.log(s))
         return jnp.where(jnp.isfinite(value), value, -jnp.inf)
 
-    return locs, scales, jax.vmap(score)(locs, scales), factors
+    return locs, scales, map_batched(score, scores_at_once, locs, scales), factors
+
+
+def _hessian_and_grad(potential_fn, columns_at_once: int | None):
+    """``m (d,) -> (H (d, d), g (d,))``, the Hessian and gradient of ``potential_fn`` from
+    one trace of it (forward over reverse: ``H`` column ``j`` is the derivative of the
+    gradient along ``e_j``), ``columns_at_once`` columns at a time (``None``: all)."""
+
+    def grad_and_aux(m):
+        g = jax.grad(potential_fn)(m)
+        return g, g
+
+    if columns_at_once is None:
+        return jax.jacfwd(grad_and_aux, has_aux=True)
+
+    def hessian_and_grad(m):
+        basis = jnp.eye(m.shape[-1], dtype=m.dtype)
+        grads, columns = map_batched(lambda e: jax.jvp(jax.grad(potential_fn), (m,), (e,)), columns_at_once, basis)
+        return columns.T, grads[0]
+
+    return hessian_and_grad
 
 
 def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int, tolerance: float) -> Array:
@@ -257,7 +290,7 @@ def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int,
     return jnp.where(jnp.any(member, axis=0), best_member, chosen)
 
 
-def laplace_scale_tril(potential_fn, locs: Array, scales: Array) -> Array:
+def laplace_scale_tril(potential_fn, locs: Array, scales: Array, budget: MemoryBudget | None = None) -> Array:
     r"""``(K, d, d)`` lower Cholesky factors of the Laplace covariances at ``locs``.
 
     For each ``m_k`` (a fit's mean, near a mode of the posterior), the Laplace
@@ -276,8 +309,12 @@ def laplace_scale_tril(potential_fn, locs: Array, scales: Array) -> Array:
 
     :param potential_fn: ``(d,) -> ()``.
     :param locs: ``(K, d)``; :param scales: ``(K, d)`` fallback standard deviations.
+    :param budget: the Hessians' working memory (as in :func:`newton_refine`).
     """
-    hessians = jax.vmap(jax.hessian(potential_fn))(locs)
+    K, d = locs.shape
+    columns_at_once = None if budget is None else budget.batch(2, d)
+    at_once = None if budget is None else budget.batch(2 * (columns_at_once or d), K)
+    hessians, _ = map_batched(_hessian_and_grad(potential_fn, columns_at_once), at_once, locs)
     # the package's LAPACK-free factorisation (a batched LAPACK call can deadlock on 2 cores,
     # see numpyro_gmm._kernels.gaussian); NaN where H is not positive definite
     return laplace_or_diagonal(cholesky_of_inverse(0.5 * (hessians + jnp.swapaxes(hessians, -1, -2))), scales)

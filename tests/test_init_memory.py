@@ -1,0 +1,126 @@
+"""The initialisation's working memory: the estimate (``_kernels/memory.py``), the chunked
+evaluations giving the same values as one ``vmap``, and the guide's initialisation staying
+within its budget on a model whose log density is large (XLA's own buffer assignment)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from conftest import X64
+
+import numpyro_gmm.autoguide as autoguide_module
+from numpyro_gmm import AutoGaussianMixture
+from numpyro_gmm._kernels.init_fits import fit_diagonal_gaussians, laplace_scale_tril, newton_refine
+from numpyro_gmm._kernels.memory import MemoryBudget, evaluation_bytes, map_batched
+
+
+def test_evaluation_bytes_counts_what_is_alive_at_once():
+    """By hand, for x of 1000 float32 (4000 bytes): sin(x) and cos(x) alive when their
+    product is made (3 x 4000), then only the product and the sum: peak 12000 bytes. Inside a
+    jit (a sub-program) the call adds its 4-byte result: 12004. The input is not counted."""
+    x = jnp.ones(1000, jnp.float32)
+
+    def f(x):
+        return jnp.sum(jnp.sin(x) * jnp.cos(x))
+
+    assert evaluation_bytes(f, x) == 12000
+    assert evaluation_bytes(jax.jit(f), x) == 12004
+    # a value used by a later equation stays alive across the ones between
+    def g(x):
+        a = jnp.sin(x)
+        b = jnp.sum(jnp.cos(x))  # cos (4000) and its sum while a (4000) is alive
+        return jnp.sum(a * b)  # a, the product (4000)
+
+    assert evaluation_bytes(g, x) == 8004
+
+
+def test_memory_budget_batch_is_clipped_to_one_and_all():
+    budget = MemoryBudget(evaluation=10, limit=100)
+    assert budget.batch(2, 7) == 5  # 100 // 20
+    assert budget.batch(50, 7) == 1  # one item over the limit: still one at a time
+    assert MemoryBudget(evaluation=1, limit=10**9).batch(2, 7) == 7
+
+
+@pytest.mark.parametrize("batch_size", [None, 1, 3, 7, 9])
+def test_map_batched_equals_vmap(batch_size):
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.normal(size=(7, 4)))
+    b = (jnp.asarray(rng.normal(size=(7,))), jnp.asarray(rng.normal(size=(7, 2, 4))))
+
+    def fn(x, pair):
+        return jnp.sin(x) * pair[0] + pair[1].sum(0), jnp.sum(x**2)
+
+    expected = jax.vmap(fn)(a, b)
+    got = map_batched(fn, batch_size, a, b)
+    for e, g in zip(expected, got):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-6)
+    # fewer than all items at once: a loop over the chunks, no loop otherwise
+    looped = "scan" in str(jax.make_jaxpr(lambda a, b: map_batched(fn, batch_size, a, b))(a, b))
+    assert looped == (batch_size is not None and batch_size < 7)
+
+
+def potential(z):
+    """Rosenbrock in (z0, z1) plus a double well in z2: non-convex, with a saddle."""
+    return (1 - z[0]) ** 2 + 10.0 * (z[1] - z[0] ** 2) ** 2 + (z[2] ** 2 - 1.0) ** 2
+
+
+def test_kernels_in_chunks_give_the_values_of_one_vmap():
+    """A budget of one item at a time (one fit, one Hessian column, one scoring point) gives
+    the fits, the Newton refinement and the Laplace factors of the unchunked kernels (the same
+    per-item computations in another order of evaluation)."""
+    rng = np.random.default_rng(1)
+    starts = jnp.asarray(rng.uniform(-2, 2, size=(6, 3)))
+    tight = MemoryBudget(evaluation=1, limit=1)
+    rtol = 1e-9 if X64 else 2e-4
+
+    def fits(budget):
+        return fit_diagonal_gaussians(potential, starts, jnp.zeros(()), jax.random.PRNGKey(0), num_steps=20,
+                                      learning_rate=0.05, num_particles=2, budget=budget)
+
+    def refine(budget, locs, scales):
+        return newton_refine(potential, locs, scales, num_steps=4, num_draws=16, budget=budget)
+
+    free, chunked = fits(None), fits(tight)
+    for e, g in zip(free, chunked):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=rtol, atol=rtol)
+    locs, scales = free[0], free[1]
+    free, chunked = refine(None, locs, scales), refine(tight, locs, scales)
+    for e, g in zip(free, chunked):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=rtol, atol=rtol)
+    # the Laplace factors at the refined means (NaN where not PD: compared as such)
+    free = laplace_scale_tril(potential, free[0], free[1])
+    chunked = laplace_scale_tril(potential, chunked[0], chunked[1], tight)
+    np.testing.assert_allclose(np.asarray(chunked), np.asarray(free), rtol=rtol, atol=rtol)
+
+
+def logistic_model(X, y):
+    b = numpyro.sample("b", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ b), obs=y)
+
+
+@pytest.mark.slow
+def test_initialisation_within_its_memory_budget(monkeypatch):
+    """Logistic regression on 20,000 rows (d = 20): XLA's buffers for the initialisation
+    program (its own buffer assignment, ``memory_analysis`` of the compiled program; nothing
+    is run) stay within a 4 MB budget; without the chunks they are over 100 MB (the 32
+    refinements' Hessians, the fits' particles and the scores' points all at once)."""
+    rng = np.random.default_rng(0)
+    X = jnp.asarray(rng.normal(size=(20_000, 20)))
+    y = jnp.asarray(rng.random(20_000) < 0.5, X.dtype)
+
+    def temp_bytes(limit):
+        monkeypatch.setattr(autoguide_module, "INIT_MEMORY_BYTES", limit)
+        guide = AutoGaussianMixture(logistic_model, num_components=2)
+        with numpyro.handlers.seed(rng_seed=0):
+            guide(X, y)
+        compiled = jax.jit(guide.initial_components).lower(jax.random.PRNGKey(0)).compile()
+        analysis = compiled.memory_analysis()
+        if analysis is None:
+            pytest.skip("this backend gives no memory analysis")
+        return analysis.temp_size_in_bytes
+
+    limit = 4 << 20
+    assert temp_bytes(limit) <= limit
+    assert temp_bytes(1 << 40) > 100 << 20
