@@ -244,7 +244,12 @@ class AutoGaussianMixture(AutoContinuous):
     Measured on ``a ~ N(0, 3)``, ``b ~ HalfNormal(1)``, four ``y ~ N(a^2, b)`` near 4, 300
     steps of ``Adam(0.02)`` from the default start (negative ELBO 4.28; 4000 particles):
     3.93 with ``TraceEntropy_ELBO``, 3.99 with ``Trace_ELBO``, 5.47 with ``TraceGraph_ELBO``,
-    55.9 with ``RenyiELBO`` (2 particles), which drifted away from the posterior.
+    55.9 with ``RenyiELBO`` (2 particles), which drifted away from the posterior: NumPyro's
+    ``RenyiELBO`` differentiates the importance weights through the draws and has no
+    score-function term, so for a guide whose draws are not reparameterised its gradient
+    misses the term of the draws' distribution (with one particle what is left,
+    :math:`\nabla_\theta \log q_\theta(z)` at a stopped draw, has expectation zero): do not
+    use it with this guide.
 
     **Initialisation.** The ELBO is multimodal in the guide's parameters: components that
     start in the basin of the same posterior mode stay in it (only the entropy term pushes
