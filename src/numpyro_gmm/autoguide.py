@@ -46,9 +46,10 @@ NEWTON_MAX_DIM = 100
 NEWTON_SCORE_DRAWS = 64
 #: Estimated working memory (bytes) of the initialisation's batched evaluations of the log
 #: density, its gradients and Hessians: beyond it they run in chunks (see
-#: :mod:`numpyro_gmm._kernels.memory`; the estimate is an upper bound: XLA's own buffers were
-#: 0.8-1.0 GB at this limit on a logistic regression with 10^5 rows, 1.6-6.6 GB all at once;
-#: ``benchmarks/init_memory.py``). Models whose log density is cheap are not chunked.
+#: :mod:`numpyro_gmm._kernels.memory`; the estimate overestimates many evaluations at once:
+#: XLA's own buffers were 0.8-1.0 GB at this limit on a logistic regression with 10^5 rows,
+#: 1.6-6.6 GB all at once; ``benchmarks/init_memory.py``). Models whose log density is cheap
+#: are not chunked.
 INIT_MEMORY_BYTES = 4 << 30
 #: Largest estimated memory (bytes) of ``covariance="full"``: ``FULL_MEMORY_FACTOR * K d^2``
 #: floats (see :func:`_check_full_covariance_memory`); beyond it the guide raises

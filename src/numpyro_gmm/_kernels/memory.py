@@ -12,10 +12,12 @@ each chunk, a loop over the chunks) the same values need a bounded working set.
 equations in order, keeping each intermediate value alive from the equation that makes it to
 its last use (sub-programs of loops and conditionals add their own peak while they run); its
 peak is the estimate. Inputs and closed-over constants (the data) are not counted: they exist
-once whatever the batch. It ignores what XLA's fusion and buffer reuse save, so it is an
-upper bound in practice. Measured on a logistic regression, ``N = 10^6``, ``d = 20``: 43 MB
-per gradient evaluation; XLA's own buffers (``memory_analysis`` of the compiled program)
-for 8 gradients at once 176 MB against the estimate's 344 MB, for 8 Hessians 0.93 GB
+once whatever the batch. It ignores what XLA's fusion and buffer reuse save, so for many
+evaluations at once it overestimates; XLA may add buffers of its own per program (a copy of
+the data in another layout), which no per-evaluation count sees. Measured on a logistic
+regression, ``N = 10^6``, ``d = 20``: 43 MB per gradient evaluation; XLA's own buffers
+(``memory_analysis`` of the compiled program) 96 MB for one gradient (80 MB of it the size
+of the data), 176 MB for 8 at once against the estimate's 344 MB, for 8 Hessians 0.93 GB
 against 13.8 GB by the rule of the initialisation's kernels (a Hessian-vector product
 counted as two gradient evaluations, ``d`` of them per Hessian).
 
