@@ -243,16 +243,16 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
 def _hessian_and_grad(potential_fn, columns_at_once: int | None):
     """``m (d,) -> (H (d, d), g (d,))``, the Hessian and gradient of ``potential_fn`` from
     one trace of it (forward over reverse: ``H`` column ``j`` is the derivative of the
-    gradient along ``e_j``), ``columns_at_once`` columns at a time (``None``: all)."""
+    gradient along ``e_j``), ``columns_at_once`` columns at a time (``None``: all, by
+    ``jax.jacfwd``)."""
 
     def grad_and_aux(m):
         g = jax.grad(potential_fn)(m)
         return g, g
 
-    if columns_at_once is None:
-        return jax.jacfwd(grad_and_aux, has_aux=True)
-
     def hessian_and_grad(m):
+        if columns_at_once is None or columns_at_once >= m.shape[-1]:
+            return jax.jacfwd(grad_and_aux, has_aux=True)(m)
         basis = jnp.eye(m.shape[-1], dtype=m.dtype)
         grads, columns = map_batched(lambda e: jax.jvp(jax.grad(potential_fn), (m,), (e,)), columns_at_once, basis)
         return columns.T, grads[0]
