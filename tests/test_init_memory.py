@@ -11,7 +11,7 @@ import pytest
 from conftest import X64
 
 import numpyro_gmm.autoguide as autoguide_module
-from numpyro_gmm import AutoGaussianMixture
+from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
 from numpyro_gmm._kernels.init_fits import fit_diagonal_gaussians, laplace_scale_tril, newton_refine
 from numpyro_gmm._kernels.memory import MemoryBudget, evaluation_bytes, map_batched
 
@@ -34,6 +34,41 @@ def test_evaluation_bytes_counts_what_is_alive_at_once():
         return jnp.sum(a * b)  # a, the product (4000)
 
     assert evaluation_bytes(g, x) == 8004
+
+
+def test_evaluation_bytes_with_random_keys():
+    """Values of JAX's key dtypes (a subsampling plate draws its indices with one) count by
+    their itemsize; before, NumPy could not interpret ``key<fry>`` and the guide's
+    initialisation raised ``TypeError`` on any model with a subsampling plate."""
+
+    def f(x):
+        key = jax.random.fold_in(jax.random.key(0), 3)
+        return jnp.sum(x * jax.random.normal(key, x.shape, x.dtype))
+
+    x = jnp.ones(1000, jnp.float32)
+    assert evaluation_bytes(f, x) >= 8000  # the draws and the product, 4000 bytes each
+
+
+def subsampled_regression(X, y):
+    b = numpyro.sample("b", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    with numpyro.plate("rows", X.shape[0], subsample_size=50) as rows:
+        numpyro.sample("y", dist.Normal(X[rows] @ b, 1.0), obs=y[rows])
+
+
+def test_initialisation_with_a_subsampling_plate():
+    """The default initialisation on a model with a subsampling plate (its potential draws
+    the subsample with a PRNG key): it runs, and the components start near the least-squares
+    solution (NumPy; 50 of 400 rows per evaluation, so within a few standard errors)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 3))
+    beta = np.array([1.0, -2.0, 0.5])
+    y = X @ beta + rng.normal(size=400)
+    guide = AutoGaussianMixture(subsampled_regression, num_components=2, num_init_fits=8, init_fit_steps=50)
+    svi = numpyro.infer.SVI(subsampled_regression, guide, numpyro.optim.Adam(0.01), TraceEntropy_ELBO())
+    state = svi.init(jax.random.PRNGKey(0), jnp.asarray(X), jnp.asarray(y))
+    locs = np.asarray(guide.get_posterior(svi.get_params(state)).loc)
+    least_squares = np.linalg.lstsq(X, y, rcond=None)[0]
+    assert np.all(np.abs(locs - least_squares) < 0.5), (locs, least_squares)
 
 
 def test_memory_budget_batch_is_clipped_to_one_and_all():

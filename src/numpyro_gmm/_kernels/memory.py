@@ -44,7 +44,8 @@ def _nbytes(var) -> int:
     aval = var.aval
     if not hasattr(aval, "shape"):
         return 0
-    return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+    # JAX's extended dtypes (PRNG keys, ``key<fry>``) are no NumPy dtypes but have an itemsize
+    return int(np.prod(aval.shape, dtype=np.int64)) * int(getattr(aval.dtype, "itemsize", 0))
 
 
 def peak_bytes(jaxpr) -> int:
