@@ -159,3 +159,30 @@ def test_initialisation_within_its_memory_budget(monkeypatch):
     limit = 4 << 20
     assert temp_bytes(limit) <= limit
     assert temp_bytes(1 << 40) > 100 << 20
+
+
+def test_initialisation_runs_without_the_bound_where_the_estimate_fails(monkeypatch):
+    """A jaxpr the estimate cannot walk (simulated) costs the bound, not the fit: a
+    ``RuntimeWarning`` naming the failure, and the initial components of the unbounded
+    kernels (the same as with the estimate, for this cheap model)."""
+
+    def model():
+        numpyro.sample("a", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+
+    options = dict(num_components=2, num_init_fits=8, init_fit_steps=20)
+
+    def initial(guide):
+        with numpyro.handlers.seed(rng_seed=0):
+            guide()
+        return guide.initial_components(jax.random.PRNGKey(0))
+
+    expected = initial(AutoGaussianMixture(model, **options))
+
+    def broken(jaxpr):
+        raise TypeError("unknown construct")
+
+    monkeypatch.setattr(autoguide_module, "peak_bytes", broken)
+    with pytest.warns(RuntimeWarning, match="memory estimate failed.*unknown construct"):
+        got = initial(AutoGaussianMixture(model, **options))
+    for e, g in zip(expected, got):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(e))

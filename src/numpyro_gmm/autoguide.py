@@ -4,6 +4,7 @@ is a Gaussian mixture."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +28,7 @@ from ._kernels.init_fits import (
     location_units,
     newton_refine,
 )
-from ._kernels.memory import MemoryBudget, evaluation_bytes
+from ._kernels.memory import MemoryBudget, peak_bytes
 from ._validation import check_int
 from .distribution import GaussianMixture
 from .entropy import DEFAULT_METHOD
@@ -406,7 +407,8 @@ class AutoGaussianMixture(AutoContinuous):
     **Memory.** The fits, the refinement's Hessians, line searches and scores evaluate the
     log density at many points at once; where the estimated working memory of that (one
     trace of the log density's gradient gives the bytes one evaluation keeps alive) would
-    exceed :data:`INIT_MEMORY_BYTES` (4 GiB) they run in chunks, with the same values.
+    exceed :data:`INIT_MEMORY_BYTES` (4 GiB) they run in chunks, with the same values
+    (where the estimate fails, a ``RuntimeWarning`` and all at once, as before).
     Models whose log density is cheap are unaffected. On a model whose log density grows
     with its data the initialisation is worth thousands of steps: measured on a logistic
     regression with ``d = 20`` (``benchmarks/init_memory.py``, docs/performance.md), with
@@ -620,9 +622,16 @@ class AutoGaussianMixture(AutoContinuous):
     def _memory_budget(self):
         """The initialisation's :class:`~numpyro_gmm._kernels.memory.MemoryBudget`: one
         gradient evaluation of the potential, estimated from one trace of it, against
-        :data:`INIT_MEMORY_BYTES`."""
+        :data:`INIT_MEMORY_BYTES` (``None``, with a warning, where the estimate fails)."""
         point = jnp.asarray(self._init_latent)
-        return MemoryBudget(evaluation_bytes(jax.value_and_grad(self._latent_potential), point), INIT_MEMORY_BYTES)
+        jaxpr = jax.make_jaxpr(jax.value_and_grad(self._latent_potential))(point)  # the model's errors raise here
+        try:
+            evaluation = peak_bytes(jaxpr)
+        except Exception as error:  # a construct the estimate does not know: fit without the bound
+            warnings.warn(f"AutoGaussianMixture: the initialisation's memory estimate failed ({error!r}); "
+                          "it evaluates the log density at all its points at once", RuntimeWarning, stacklevel=2)
+            return None
+        return MemoryBudget(evaluation, INIT_MEMORY_BYTES)
 
     def _fits_and_curvature(self, rng_key):
         """:meth:`initial_fits` and the lower Cholesky factors ``(K, d, d)`` of the chosen
