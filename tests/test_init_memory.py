@@ -55,6 +55,7 @@ def subsampled_regression(X, y):
         numpyro.sample("y", dist.Normal(X[rows] @ b, 1.0), obs=y[rows])
 
 
+@pytest.mark.slow  # 7-10 CPU-s of compilation (CI's slow tier runs it)
 def test_initialisation_with_a_subsampling_plate():
     """The default initialisation on a model with a subsampling plate (its potential draws
     the subsample with a PRNG key): it runs, and the components start near the least-squares
@@ -101,6 +102,7 @@ def potential(z):
     return (1 - z[0]) ** 2 + 10.0 * (z[1] - z[0] ** 2) ** 2 + (z[2] ** 2 - 1.0) ** 2
 
 
+@pytest.mark.slow  # 7-10 CPU-s of compilation (CI's slow tier runs it)
 def test_kernels_in_chunks_give_the_values_of_one_vmap():
     """A budget of one item at a time (one fit, one Hessian column, one scoring point) gives
     the fits, the Newton refinement and the Laplace factors of the unchunked kernels (the same
@@ -161,6 +163,7 @@ def test_initialisation_within_its_memory_budget(monkeypatch):
     assert temp_bytes(1 << 40) > 100 << 20
 
 
+@pytest.mark.slow  # 7-10 CPU-s of compilation (CI's slow tier runs it)
 def test_initialisation_runs_without_the_bound_where_the_estimate_fails(monkeypatch):
     """A jaxpr the estimate cannot walk (simulated) costs the bound, not the fit: a
     ``RuntimeWarning`` naming the failure, and the initial components of the unbounded
