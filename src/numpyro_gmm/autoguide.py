@@ -636,7 +636,8 @@ class AutoGaussianMixture(AutoContinuous):
     def _fits_and_curvature(self, rng_key):
         """:meth:`initial_fits` and the lower Cholesky factors ``(K, d, d)`` of the chosen
         fits' Laplace covariances (inverse Hessians) from the Newton refinement (NaN where
-        the Hessian is not positive definite; ``None`` where the refinement did not run)."""
+        the Hessian is not positive definite; ``None`` where the refinement did not run), and
+        the memory budget the kernels used (:meth:`_memory_budget`)."""
         start_key, fit_key = prng.split(rng_key)
         starts = self.starting_points(start_key)
         budget = self._memory_budget()
@@ -652,7 +653,7 @@ class AutoGaussianMixture(AutoContinuous):
             )
         chosen = choose_separated(locs, scales, scores, self.num_components, self.init_tolerance)
         return (locs[chosen], scales[chosen], chosen, (locs, scales, scores),
-                None if laplace is None else laplace[chosen])
+                None if laplace is None else laplace[chosen], budget)
 
     # -- parameters -----------------------------------------------------------------------
 
@@ -666,13 +667,13 @@ class AutoGaussianMixture(AutoContinuous):
         Laplace factors only for ``covariance="full"``; ``units`` the units of the location
         steps (``locs_unit``, see **Locations** in the class docstring). Needs the guide's
         prototype."""
-        locs, scales, _, _, laplace = self._fits_and_curvature(rng_key)
+        locs, scales, _, _, laplace, budget = self._fits_and_curvature(rng_key)
         units = location_units(scales, laplace)
         if self.covariance != "full":
             return locs, scales, None, units
         if laplace is not None:  # the refinement's Laplace factors at these means
             return locs, scales, laplace_or_diagonal(laplace, scales), units
-        return locs, scales, laplace_scale_tril(self._latent_potential, locs, scales, self._memory_budget()), units
+        return locs, scales, laplace_scale_tril(self._latent_potential, locs, scales, budget), units
 
     def _initial_values(self, rng_key):
         """``(locs (K, d), scales (K, d), scale_tril, units (K, d))`` of the initial
