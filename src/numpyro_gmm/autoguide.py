@@ -28,7 +28,7 @@ from ._kernels.init_fits import (
     location_units,
     newton_refine,
 )
-from ._kernels.memory import MemoryBudget, peak_bytes
+from ._kernels.memory import UNBOUNDED, MemoryBudget, peak_bytes
 from ._validation import check_int
 from .distribution import GaussianMixture
 from .entropy import DEFAULT_METHOD
@@ -622,7 +622,7 @@ class AutoGaussianMixture(AutoContinuous):
     def _memory_budget(self):
         """The initialisation's :class:`~numpyro_gmm._kernels.memory.MemoryBudget`: one
         gradient evaluation of the potential, estimated from one trace of it, against
-        :data:`INIT_MEMORY_BYTES` (``None``, with a warning, where the estimate fails)."""
+        :data:`INIT_MEMORY_BYTES` (unbounded, with a warning, where the estimate fails)."""
         point = jnp.asarray(self._init_latent)
         jaxpr = jax.make_jaxpr(jax.value_and_grad(self._latent_potential))(point)  # the model's errors raise here
         try:
@@ -630,7 +630,7 @@ class AutoGaussianMixture(AutoContinuous):
         except Exception as error:  # a construct the estimate does not know: fit without the bound
             warnings.warn(f"AutoGaussianMixture: the initialisation's memory estimate failed ({error!r}); "
                           "it evaluates the log density at all its points at once", RuntimeWarning, stacklevel=2)
-            return None
+            return UNBOUNDED
         return MemoryBudget(evaluation, INIT_MEMORY_BYTES)
 
     def _fits_and_curvature(self, rng_key):

@@ -86,21 +86,21 @@ from jax import lax
 
 from . import prng
 from .gaussian import cholesky_of_inverse
-from .memory import MemoryBudget, map_batched
+from .memory import UNBOUNDED, MemoryBudget, map_batched
 from .mixing import normal_quantile, sobol_points
 
 Array = jnp.ndarray
 
 
 def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array, key, *, num_steps: int,
-                           learning_rate: float, num_particles: int, budget: MemoryBudget | None = None):
+                           learning_rate: float, num_particles: int, budget: MemoryBudget = UNBOUNDED):
     """``M`` independent diagonal-Gaussian ADVI fits (see the module docstring).
 
     :param potential_fn: ``(d,) -> ()``, minus the log joint density.
     :param init_locs: ``(M, d)`` starting means.
     :param init_log_scale: ``(M, d)`` or broadcastable starting log standard deviations.
     :param key: PRNG key.
-    :param budget: the working memory of the fits' gradients (:mod:`.memory`; ``None``: all
+    :param budget: the working memory of the fits' gradients (:mod:`.memory`; by default all
         ``M`` fits at once).
     :return: ``(locs (M, d), scales (M, d), scores (M,))``.
     """
@@ -114,7 +114,7 @@ def fit_diagonal_gaussians(potential_fn, init_locs: Array, init_log_scale: Array
         energy = jnp.mean(jax.vmap(potential_fn)(z))
         return energy - jnp.sum(log_scale)
 
-    fits_at_once = None if budget is None else budget.batch(num_particles, M)
+    fits_at_once = budget.batch(num_particles, M)
 
     def value_and_grad(params, eps):
         return map_batched(jax.value_and_grad(neg_elbo), fits_at_once, params, eps)
@@ -167,7 +167,7 @@ def score_points(num_points: int, d: int) -> np.ndarray:
 
 
 def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, num_draws: int,
-                  budget: MemoryBudget | None = None):
+                  budget: MemoryBudget = UNBOUNDED):
     """Damped Newton refinement of ``M`` fits, their new scales and scores (module docstring).
 
     :param potential_fn: ``(d,) -> ()``, minus the log joint density.
@@ -177,7 +177,7 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
         Cholesky factorisation per fit).
     :param budget: the working memory of the Hessians, line searches and scores
         (:mod:`.memory`: a Hessian-vector product counted as two gradients, a log density
-        as one; ``None``: everything at once).
+        as one; by default everything at once).
     :return: ``(locs (M, d), scales (M, d), scores (M,), factors (M, d, d))``, the last the
         lower Cholesky factors of the inverses of the symmetrised Hessians at the refined
         means, i.e. of the Laplace covariances (NaN where the Hessian is not positive
@@ -187,7 +187,7 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
     dtype = locs.dtype
     lengths = jnp.asarray(NEWTON_STEP_LENGTHS, dtype)
 
-    columns_at_once = None if budget is None else budget.batch(2, d)
+    columns_at_once = budget.batch(2, d)
     hessian_and_grad = _hessian_and_grad(potential_fn, columns_at_once)
 
     def curvature(m):
@@ -222,12 +222,9 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
         m, _, _, diag, factor, ok = lax.fori_loop(0, num_steps + 1, body, state)
         return m, diag, factor, ok
 
-    if budget is None:
-        fits_at_once = points_at_once = scores_at_once = None
-    else:
-        fits_at_once = budget.batch(max(len(NEWTON_STEP_LENGTHS), 2 * (columns_at_once or d)), M)
-        points_at_once = budget.batch(1, num_draws)
-        scores_at_once = budget.batch(num_draws, M) if points_at_once == num_draws else 1
+    fits_at_once = budget.batch(max(len(NEWTON_STEP_LENGTHS), 2 * columns_at_once), M)
+    points_at_once = budget.batch(1, num_draws)
+    scores_at_once = budget.batch(num_draws, M) if points_at_once == num_draws else 1
     locs, diag, factors, ok = map_batched(refine, fits_at_once, locs)
     scales = jnp.where(ok[:, None], lax.rsqrt(jnp.where(ok[:, None], diag, 1.0)), scales)
     eps = jnp.asarray(score_points(num_draws, d), dtype)
@@ -240,18 +237,17 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
     return locs, scales, map_batched(score, scores_at_once, locs, scales), factors
 
 
-def _hessian_and_grad(potential_fn, columns_at_once: int | None):
+def _hessian_and_grad(potential_fn, columns_at_once: int):
     """``m (d,) -> (H (d, d), g (d,))``, the Hessian and gradient of ``potential_fn`` from
     one trace of it (forward over reverse: ``H`` column ``j`` is the derivative of the
-    gradient along ``e_j``), ``columns_at_once`` columns at a time (``None``: all, by
-    ``jax.jacfwd``)."""
+    gradient along ``e_j``), ``columns_at_once`` columns at a time (all: ``jax.jacfwd``)."""
 
     def grad_and_aux(m):
         g = jax.grad(potential_fn)(m)
         return g, g
 
     def hessian_and_grad(m):
-        if columns_at_once is None or columns_at_once >= m.shape[-1]:
+        if columns_at_once >= m.shape[-1]:
             return jax.jacfwd(grad_and_aux, has_aux=True)(m)
         basis = jnp.eye(m.shape[-1], dtype=m.dtype)
         grads, columns = map_batched(lambda e: jax.jvp(jax.grad(potential_fn), (m,), (e,)), columns_at_once, basis)
@@ -290,7 +286,7 @@ def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int,
     return jnp.where(jnp.any(member, axis=0), best_member, chosen)
 
 
-def laplace_scale_tril(potential_fn, locs: Array, scales: Array, budget: MemoryBudget | None = None) -> Array:
+def laplace_scale_tril(potential_fn, locs: Array, scales: Array, budget: MemoryBudget = UNBOUNDED) -> Array:
     r"""``(K, d, d)`` lower Cholesky factors of the Laplace covariances at ``locs``.
 
     For each ``m_k`` (a fit's mean, near a mode of the posterior), the Laplace
@@ -312,8 +308,8 @@ def laplace_scale_tril(potential_fn, locs: Array, scales: Array, budget: MemoryB
     :param budget: the Hessians' working memory (as in :func:`newton_refine`).
     """
     K, d = locs.shape
-    columns_at_once = None if budget is None else budget.batch(2, d)
-    at_once = None if budget is None else budget.batch(2 * (columns_at_once or d), K)
+    columns_at_once = budget.batch(2, d)
+    at_once = budget.batch(2 * columns_at_once, K)
     hessians, _ = map_batched(_hessian_and_grad(potential_fn, columns_at_once), at_once, locs)
     # the package's LAPACK-free factorisation (a batched LAPACK call can deadlock on 2 cores,
     # see numpyro_gmm._kernels.gaussian); NaN where H is not positive definite

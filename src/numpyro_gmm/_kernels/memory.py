@@ -8,7 +8,7 @@ of ``N`` floats per evaluation, so the 32 Newton refinements' Hessians (20 colum
 once took 17 GB. Batched in chunks (``lax.map`` with ``batch_size``: a ``vmap`` inside
 each chunk, a loop over the chunks) the same values need a bounded working set.
 
-**Estimate.** :func:`evaluation_bytes` traces one evaluation to a jaxpr and walks its
+**Estimate.** :func:`peak_bytes` takes one evaluation traced to a jaxpr and walks its
 equations in order, keeping each intermediate value alive from the equation that makes it to
 its last use (sub-programs of loops and conditionals add their own peak while they run); its
 peak is the estimate. Inputs and closed-over constants (the data) are not counted: they exist
@@ -23,7 +23,7 @@ counted as two gradient evaluations, ``d`` of them per Hessian).
 
 **Chunks.** :meth:`MemoryBudget.batch` is the largest number of items (of ``evaluations``
 gradient evaluations each) whose estimate fits the budget, at least 1 and at most the
-number of items; :func:`map_batched` is then a plain ``vmap`` when one chunk holds every
+number of items (all of them for :data:`UNBOUNDED`); :func:`map_batched` is then a plain ``vmap`` when one chunk holds every
 item (the program is unchanged) and ``lax.map(..., batch_size=...)`` otherwise, whose
 results are the same values.
 """
@@ -37,7 +37,7 @@ import numpy as np
 from jax import lax
 from jax.extend.core import Var, jaxprs_in_params
 
-__all__ = ["MemoryBudget", "evaluation_bytes", "map_batched", "peak_bytes"]
+__all__ = ["UNBOUNDED", "MemoryBudget", "map_batched", "peak_bytes"]
 
 
 def _nbytes(var) -> int:
@@ -77,30 +77,32 @@ def peak_bytes(jaxpr) -> int:
     return peak
 
 
-def evaluation_bytes(fn, *args) -> int:
-    """:func:`peak_bytes` of ``fn(*args)`` (traced once, not run)."""
-    return peak_bytes(jax.make_jaxpr(fn)(*args))
-
-
 @dataclass(frozen=True)
 class MemoryBudget:
     """``limit`` bytes for the estimated working set of ``evaluation`` bytes per gradient
-    evaluation of the potential (:func:`evaluation_bytes`)."""
+    evaluation of the potential (:func:`peak_bytes` of its trace; 0: no bound)."""
 
     evaluation: int
     limit: int
 
     def batch(self, evaluations: float, items: int) -> int:
         """How many items of ``evaluations`` gradient evaluations each to evaluate at once:
-        ``limit // (evaluations * evaluation)``, clipped to ``[1, items]``."""
-        per_item = max(evaluations * self.evaluation, 1)
+        ``limit // (evaluations * evaluation)``, clipped to ``[1, items]``; all of them where
+        the estimate is 0."""
+        per_item = evaluations * self.evaluation
+        if per_item <= 0:
+            return items
         return int(min(max(self.limit // per_item, 1), items))
 
 
-def map_batched(fn, batch_size: int | None, *args):
+#: Every item at once (a plain ``vmap``): the kernels' default.
+UNBOUNDED = MemoryBudget(evaluation=0, limit=0)
+
+
+def map_batched(fn, batch_size: int, *args):
     """``jax.vmap(fn)(*args)`` over the leading axis of ``args``, ``batch_size`` items at a
-    time (``lax.map``) when that is fewer than all of them; ``None``: all at once."""
+    time (``lax.map``) when that is fewer than all of them."""
     n = jax.tree.leaves(args)[0].shape[0]
-    if batch_size is None or batch_size >= n:
+    if batch_size >= n:
         return jax.vmap(fn)(*args)
     return lax.map(lambda a: fn(*a), args, batch_size=batch_size)
