@@ -214,6 +214,55 @@ def test_init_runs_under_jit():
         np.testing.assert_allclose(jitted[k], eager[k], atol=tol)
 
 
+def guide_list_model():
+    """``bimodal_model`` with a second latent vector ``b`` in the likelihood of ``a`` and its own
+    observations: ``a -> -a`` leaves the posterior unchanged, so ``a``'s two modes have mass 1/2."""
+    a = numpyro.sample("a", dist.Normal(0.0, 3.0))
+    s = numpyro.sample("s", dist.HalfNormal(1.0))
+    b = numpyro.sample("b", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    numpyro.sample("y", dist.Normal(a**2 + b.sum(), 0.5), obs=4.0)
+    numpyro.sample("y2", dist.Normal(b, s), obs=jnp.array([0.3, -0.2]))
+
+
+def test_blocked_model_without_observed_sites_warns():
+    # AutoGuideList's pattern block(model, expose=[...]) hides the likelihood: the fits would
+    # see only the prior of "a" (all components at its mode 0). Warned at the first call;
+    # block(model, hide=[...]) keeps the observed sites and does not warn, nor does an
+    # unblocked model (warnings are errors in this suite), nor init_method="spread" (which
+    # does not read the log density), nor a blocked model with its likelihood exposed.
+    def first_call(model, **kwargs):
+        handlers.seed(AutoGaussianMixture(model, **kwargs), rng_seed=0)()
+
+    with pytest.warns(UserWarning, match=r"handlers.block.*no observed site.*\['a'\].*hide="):
+        first_call(handlers.block(guide_list_model, expose=["a"]))
+    with pytest.warns(UserWarning, match="no observed site"):  # wrapped in another handler
+        first_call(handlers.seed(handlers.block(guide_list_model, expose=["a"]), rng_seed=1))
+    first_call(handlers.block(guide_list_model, hide=["b", "s"]))
+    first_call(handlers.block(guide_list_model, expose=["a", "y"]))
+    first_call(handlers.block(guide_list_model, expose=["a"]), init_method="spread")
+    first_call(guide_list_model)
+
+
+@pytest.mark.slow
+@pytest.mark.float32_pass
+def test_guide_list_with_the_other_latents_hidden_finds_both_modes():
+    # AutoGuideList: the mixture over "a" (the model with b and s hidden, as the warning
+    # above advises), AutoNormal over the rest. Both modes, each of mass 1/2 by symmetry.
+    from numpyro.infer.autoguide import AutoGuideList, AutoNormal
+
+    guide = AutoGuideList(guide_list_model)
+    guide.append(AutoGaussianMixture(handlers.block(guide_list_model, hide=["b", "s"]), num_components=2))
+    guide.append(AutoNormal(handlers.block(guide_list_model, hide=["a"])))
+    svi = SVI(guide_list_model, guide, numpyro.optim.Adam(0.02), TraceEntropy_ELBO())
+    result = svi.run(jax.random.PRNGKey(0), 2000, progress_bar=False)
+    samples = guide.sample_posterior(jax.random.PRNGKey(1), result.params, sample_shape=(20000,))
+    a = np.asarray(samples["a"], np.float64)
+    assert abs(np.mean(a > 0) - 0.5) < 0.1
+    assert np.median(a[a > 0]) > 1.0 and np.median(a[a < 0]) < -1.0  # not both near 0
+    locs = guide_locs(result.params)[:, 0]
+    assert locs.min() < -1.0 < 1.0 < locs.max()
+
+
 def test_initialisation_compiled_once_per_prototype_with_its_options(monkeypatch):
     # SVI.init (outside any trace) compiles the initialisation with INIT_COMPILER_OPTIONS on
     # the CPU and keeps the program: a second init with another key reuses it (one entry in
