@@ -377,6 +377,19 @@ def test_choose_separated_picks_farthest_eligible():
     assert sorted(chosen.tolist()) == [0, 1, 2, 3, 4]
 
 
+def test_choose_separated_program_does_not_grow_with_the_number_of_components():
+    # the greedy choice is one rolled loop: its program has as many equations for K = 256 as
+    # for K = 3 (a loop unrolled in Python had K - 1 copies of its body; the guide's first
+    # SVI.init at K = 256 compiled for 24 s instead of 6, benchmarks/init_components.py)
+    def size(K):
+        M = 16 * K
+        jaxpr = jax.make_jaxpr(choose_separated, static_argnums=(3, 4))(
+            jnp.zeros((M, 2)), jnp.ones((M, 2)), jnp.zeros(M), K, 6.0)
+        return len(jaxpr.jaxpr.eqns)
+
+    assert size(3) == size(256)
+
+
 def test_choose_separated_spreads_spare_components_over_the_modes():
     # More components than modes: after one choice per mode, each next choice goes to the
     # mode with the fewest (the least crowded, crowding = sum over the choices of

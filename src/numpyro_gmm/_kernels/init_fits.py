@@ -263,20 +263,24 @@ def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int,
     """
     best = jnp.argmax(scores)
     eligible = scores >= scores[best] - tolerance
-    chosen = [best]
-    crowding = jnp.full(scores.shape, -jnp.inf, locs.dtype)  # ln sum_c exp(-D(j, c)^2 / 4)
-    taken = jnp.zeros(scores.shape, bool).at[best].set(True)
-    for _ in range(num_chosen - 1):
-        last = chosen[-1]
+
+    def choose_next(i, carry):
+        chosen, crowding, taken = carry
+        last = chosen[i - 1]
         d2 = jnp.sum((locs - locs[last]) ** 2 / (scales**2 + scales[last] ** 2), axis=-1)
         crowding = jnp.logaddexp(crowding, -0.25 * d2)
         least = jnp.where(eligible & ~taken, crowding + 0.25 * (scores[best] - scores), jnp.inf)
         # fewer eligible fits than choices: the best-scoring fit not taken yet
         fallback = jnp.argmax(jnp.where(taken, -jnp.inf, scores))
         nxt = jnp.where(jnp.any(eligible & ~taken), jnp.argmin(least), fallback)
-        taken = taken.at[nxt].set(True)
-        chosen.append(nxt)
-    chosen = jnp.stack(chosen)
+        return chosen.at[i].set(nxt), crowding, taken.at[nxt].set(True)
+
+    # one rolled loop, not num_chosen - 1 copies of its body: the program's size (and its
+    # compilation) does not grow with the number of components
+    chosen = jnp.zeros((num_chosen,), best.dtype).at[0].set(best)
+    crowding = jnp.full(scores.shape, -jnp.inf, locs.dtype)  # ln sum_c exp(-D(j, c)^2 / 4)
+    taken = jnp.zeros(scores.shape, bool).at[best].set(True)
+    chosen, _, _ = lax.fori_loop(1, num_chosen, choose_next, (chosen, crowding, taken))
     # farthest points are the extremes of their modes: replace each by the best-scoring
     # eligible fit of its cluster (the fits nearest to it among the chosen)
     d2 = jnp.sum((locs[:, None] - locs[chosen][None]) ** 2 / (scales[:, None] ** 2 + scales[chosen][None] ** 2), -1)
