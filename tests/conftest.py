@@ -129,7 +129,8 @@ def guide_params(locs, prefix="auto", **others):
 
 
 def guide_locs(params, prefix="auto"):
-    """``(K, d)`` float64 component means of AutoGaussianMixture parameters (origin + unit *
-    offset, the guide's definition)."""
+    """``(K, d)`` float64 component means of AutoGaussianMixture parameters ((origin + unit *
+    offset) / gauge, the guide's definition; the gauge is 1 where the parameters lack it)."""
     p = {k: np.asarray(params[f"{prefix}_locs_{k}"], np.float64) for k in ("origin", "unit", "offset")}
-    return p["origin"] + p["unit"] * p["offset"]
+    gauge = np.asarray(params.get(f"{prefix}_locs_gauge", 1.0), np.float64)
+    return (p["origin"] + p["unit"] * p["offset"]) / gauge
