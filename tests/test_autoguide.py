@@ -443,7 +443,7 @@ def _adam_with_weight_decay(decay: float, *, decoupled: bool):
     return numpyro.optim._NumPyroOptim(adam_wd, 0.01)
 
 
-@pytest.mark.float32_pass
+@pytest.mark.slow
 @pytest.mark.parametrize("decoupled, decay", [(False, 1e-6), (True, 1e-2)])
 def test_location_parameters_held_fixed_under_weight_decay(decoupled, decay):
     """Weight decay moves parameters that have no gradient: the locations' origin and unit.
