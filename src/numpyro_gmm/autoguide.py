@@ -357,10 +357,10 @@ class AutoGaussianMixture(AutoContinuous):
     optax.adam(0.01))``) the unit reached 0 within a few steps and the means, then the
     origin, fell to 80.8 (470 standard deviations off); with AdamW (decay ``1e-2``) the origin
     shrank to 81.9 (means 420 off); now the means end within 0.26 standard deviations of the
-    exact one, as with Adam alone (0.02-0.2 over four keys). The
-    offsets decay as any optimised parameter does, towards the initial means. An Adam-type optimiser
-    moves each offset about ``lr`` per step whatever the size of its gradient, so a mean
-    moves about ``lr`` of its standard deviations, not ``lr`` in the model's units: with
+    exact one, as with Adam alone (0.02-0.2 over four keys). The offsets decay as any
+    optimised parameter does, towards the initial means. An Adam-type optimiser moves each
+    offset about ``lr`` per step whatever the size of its gradient, so a mean moves about
+    ``lr`` of its standard deviations, not ``lr`` in the model's units: with
     unscaled means a posterior with standard deviations of ``1e-4`` (data with small noise,
     covariates on a large scale) was found exactly by the initialisation and then shaken
     off it by the first steps. Measured (``Adam(0.01)``, ``K = 2``, linear Gaussian models,
@@ -801,11 +801,10 @@ class AutoGaussianMixture(AutoContinuous):
         )
         # locs = (origin + unit * offset) / gauge, only the offset optimised (**Locations** in
         # the class docstring): the origin, the unit and the gauge (ones) get no gradient, so an
-        # optimiser leaves them, and where it still moves them (weight decay) the frozen
-        # constraint keeps them in place: a decay in the gradient (L2 before Adam) moves their
-        # unconstrained values, which Adam moves by about lr per step, 2^-32 times as far; a
-        # decay of the parameters themselves (AdamW) scales all three alike, which the
-        # division by the gauge undoes
+        # optimiser leaves them; weight decay still moves them, so: a decay added to the
+        # gradient (L2 before Adam) becomes steps of about lr on their unconstrained values,
+        # 2^-32 lr on theirs (the constraint); a decay of the parameters themselves (AdamW)
+        # scales all three alike, which the division by the gauge undoes
         frozen = _ScaledReal(FROZEN_STEP_SCALE)
         origin = numpyro.param(f"{self.prefix}_locs_origin", lambda key: initial(key)[0], constraint=frozen)
         unit = numpyro.param(f"{self.prefix}_locs_unit", lambda key: initial(key)[3], constraint=frozen)
