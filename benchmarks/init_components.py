@@ -34,13 +34,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from doc_sections import write_section  # noqa: E402
+from timing import svi_step_times  # noqa: E402
 
 
 def measure(guide_name: str, K: int, dim: int, covariance: str) -> dict:
     """The four times of one guide (run in this process)."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
     import numpyro
     import numpyro.distributions as dist
     from numpyro.infer import SVI, Trace_ELBO
@@ -62,16 +62,8 @@ def measure(guide_name: str, K: int, dim: int, covariance: str) -> dict:
         t0 = time.perf_counter()
         state = jax.block_until_ready(svi.init(jax.random.PRNGKey(seed)))
         out[name] = time.perf_counter() - t0
-    update = jax.jit(svi.update)
-    t0 = time.perf_counter()
-    state, loss = jax.block_until_ready(update(state))
-    out["first_step"] = time.perf_counter() - t0
-    times = []
-    for _ in range(20):
-        t0 = time.perf_counter()
-        state, loss = jax.block_until_ready(update(state))
-        times.append(time.perf_counter() - t0)
-    out["step_ms"] = 1e3 * float(np.median(times))
+    out["first_step"], step = svi_step_times(svi, state)
+    out["step_ms"] = 1e3 * step
     return out
 
 

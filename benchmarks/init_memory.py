@@ -46,6 +46,7 @@ from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from doc_sections import write_section  # noqa: E402
+from timing import svi_step_times  # noqa: E402
 
 D = 20
 UNLIMITED = 1 << 40
@@ -88,16 +89,7 @@ def init_seconds(K, limit, X, y):
 
 def amvn_step_ms(X, y):
     svi = SVI(model, AutoMultivariateNormal(model), numpyro.optim.Adam(0.01), Trace_ELBO())
-    state = svi.init(jax.random.PRNGKey(0), X, y)
-    update = jax.jit(svi.update)
-    state, loss = update(state, X, y)
-    times = []
-    for _ in range(20):
-        t0 = time.perf_counter()
-        state, loss = update(state, X, y)
-        jax.block_until_ready(loss)
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
+    return 1e3 * svi_step_times(svi, svi.init(jax.random.PRNGKey(0), X, y), X, y)[1]
 
 
 def main():
