@@ -9,9 +9,9 @@ modules, deterministic sites, ``contrib.control_flow.scan``, sites NumPyro canno
 ``test/test_distributions.py`` from it), so CI cannot run it; these tests are the same
 scenarios, written here for this guide and its ELBO, with what NumPyro asserts of its own
 guides. References: the Beta posterior of Beta-Bernoulli data in closed form; the guide's
-density at a given point from its parameters with SciPy (``scipy.stats.multivariate_normal``,
-``logsumexp``); the Gaussian posterior of a location under a flat prior; NumPyro's own
-messages for what it does not handle. (Discrete latent sites need ``funsor`` in NumPyro,
+density at a given point from its parameters with SciPy (``reference.mixture_logpdf``:
+``scipy.stats.multivariate_normal``, ``logsumexp``); the Gaussian posterior of a location
+under a flat prior; NumPyro's own messages for what it does not handle. (Discrete latent sites need ``funsor`` in NumPyro,
 which this project does not install; NumPyro's guides raise the same ``ImportError`` there.)
 """
 
@@ -31,6 +31,7 @@ from numpyro.util import fori_loop
 from scipy import stats
 from scipy.special import logsumexp
 
+import reference
 from conftest import guide_locs
 from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
 
@@ -94,10 +95,9 @@ def test_param_sites_of_the_model_and_the_exact_loss_at_a_given_draw():
     np.testing.assert_allclose(params["a"], a_init, rtol=1e-6)
     np.testing.assert_allclose(params["b"], b_init, rtol=1e-6)
 
-    locs = guide_locs(params)[:, 0]
-    sds = np.abs(params["auto_scale_tril"][:, 0, 0])
-    log_w = params["auto_logits"] - logsumexp(params["auto_logits"])
-    log_q = logsumexp(log_w + stats.norm.logpdf(x_init, locs, sds))
+    tril = params["auto_scale_tril"]
+    weights = np.exp(params["auto_logits"] - logsumexp(params["auto_logits"]))
+    log_q = reference.mixture_logpdf(np.array([x_init]), weights, guide_locs(params), tril @ np.swapaxes(tril, -1, -2))
     log_p = stats.norm.logpdf(x_init, a_init, b_init)
     # both terms are about -390 here: a few roundings of the working dtype at that size
     atol = 8 * np.finfo(jnp.result_type(float)).eps * abs(log_p)
