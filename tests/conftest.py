@@ -134,3 +134,22 @@ def guide_locs(params, prefix="auto"):
     p = {k: np.asarray(params[f"{prefix}_locs_{k}"], np.float64) for k in ("origin", "unit", "offset")}
     gauge = np.asarray(params.get(f"{prefix}_locs_gauge", 1.0), np.float64)
     return (p["origin"] + p["unit"] * p["offset"]) / gauge
+
+
+def regression_data(rows=400, seed=0):
+    """``(X (rows, 3), y (rows,))`` NumPy float64: standard normal covariates, coefficients
+    ``(1, -2, 0.5)``, unit noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, 3))
+    return X, X @ np.array([1.0, -2.0, 0.5]) + rng.normal(size=rows)
+
+
+def subsampled_regression(X, y, subsample_size=None):
+    """``b ~ N(0, I)``, ``y ~ N(X b, 1)`` with the rows in a plate, ``subsample_size`` of them
+    per evaluation (all for ``None``)."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    b = numpyro.sample("b", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    with numpyro.plate("rows", X.shape[0], subsample_size=subsample_size) as rows:
+        numpyro.sample("y", dist.Normal(X[rows] @ b, 1.0), obs=y[rows])

@@ -8,7 +8,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
-from conftest import X64
+from conftest import X64, regression_data, subsampled_regression
 
 import numpyro_gmm.autoguide as autoguide_module
 from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
@@ -49,24 +49,15 @@ def test_peak_bytes_with_random_keys():
     assert peak_bytes(jax.make_jaxpr(f)(x)) >= 8000  # the draws and the product, 4000 bytes each
 
 
-def subsampled_regression(X, y):
-    b = numpyro.sample("b", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
-    with numpyro.plate("rows", X.shape[0], subsample_size=50) as rows:
-        numpyro.sample("y", dist.Normal(X[rows] @ b, 1.0), obs=y[rows])
-
-
 @pytest.mark.slow  # 7-10 CPU-s of compilation (CI's slow tier runs it)
 def test_initialisation_with_a_subsampling_plate():
     """The default initialisation on a model with a subsampling plate (its potential draws
     the subsample with a PRNG key): it runs, and the components start near the least-squares
     solution (NumPy; 50 of 400 rows per evaluation, so within a few standard errors)."""
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(400, 3))
-    beta = np.array([1.0, -2.0, 0.5])
-    y = X @ beta + rng.normal(size=400)
+    X, y = regression_data()
     guide = AutoGaussianMixture(subsampled_regression, num_components=2, num_init_fits=8, init_fit_steps=50)
     svi = numpyro.infer.SVI(subsampled_regression, guide, numpyro.optim.Adam(0.01), TraceEntropy_ELBO())
-    state = svi.init(jax.random.PRNGKey(0), jnp.asarray(X), jnp.asarray(y))
+    state = svi.init(jax.random.PRNGKey(0), jnp.asarray(X), jnp.asarray(y), 50)
     locs = np.asarray(guide.get_posterior(svi.get_params(state)).loc)
     least_squares = np.linalg.lstsq(X, y, rcond=None)[0]
     assert np.all(np.abs(locs - least_squares) < 0.5), (locs, least_squares)
