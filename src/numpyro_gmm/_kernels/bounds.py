@@ -132,8 +132,14 @@ def _pair_logdet_quad(locs: Array, scale_tril: Array | None, scale: Array | None
     Huber lower bound ``4.5e-3`` (``d = 2``, ``1e-4``); whitened, both stay below it
     (``tests/test_adversarial.py``). The self pairs, ``S_ii = 2 c Sigma_i``, in closed form."""
     locs = _centre(locs)
+    eye = jnp.eye(locs.shape[0], dtype=bool)
     if scale is not None:
-        return _diagonal_rows(partial(_row_sum_log_quad, c=c), locs, jnp.square(scale))
+        # The self pairs' quadratic form is 0 by definition, not left to mu_i - mu_i: under
+        # jit the row (mapped) and the columns (closed over) of one array were seen to differ
+        # by an ulp (1024 for a mean 9e9 sds from the centre, float32; 1-D, K = 5), and the
+        # Huber and Bhattacharyya "lower bounds" came out 3e4 nats above the entropy.
+        log_det, quad = _diagonal_rows(partial(_row_sum_log_quad, c=c), locs, jnp.square(scale))
+        return log_det, jnp.where(eye, 0.0, quad)
     d = locs.shape[-1]
     m, z = _whitened(locs, scale_tril)
     a = jnp.eye(d, dtype=locs.dtype) + m @ jnp.swapaxes(m, -1, -2)
@@ -142,7 +148,6 @@ def _pair_logdet_quad(locs: Array, scale_tril: Array | None, scale: Array | None
     log_det = d * math.log(c) + ld[None, :] + 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
     quad = jnp.sum(jnp.square(tril_solve(chol, z)), -1) / c
     self_log_det = d * jnp.log(2.0 * c) + ld
-    eye = jnp.eye(locs.shape[0], dtype=bool)
     return jnp.where(eye, self_log_det[:, None], log_det), jnp.where(eye, 0.0, quad)
 
 
@@ -207,7 +212,8 @@ def kl_divergences(locs, scale_tril, scale) -> Array:
         trace_quad = _diagonal_rows(
             lambda mu_i, v_i, m, v: jnp.sum((v_i + jnp.square(mu_i - m)) / v, -1), locs, jnp.square(scale)
         )
-        return 0.5 * (trace_quad - d + ld[None, :] - ld[:, None])
+        # the self pairs 0 by definition (see _pair_logdet_quad)
+        return jnp.where(jnp.eye(locs.shape[0], dtype=bool), 0.0, 0.5 * (trace_quad - d + ld[None, :] - ld[:, None]))
     m, z = _whitened(locs, scale_tril)  # L_j^-1 L_i and L_j^-1 (mu_i - mu_j) at [i, j]
     trace = jnp.sum(jnp.square(m), axis=(-1, -2))
     return 0.5 * (trace + jnp.sum(jnp.square(z), -1) - d + ld[None, :] - ld[:, None])
@@ -340,6 +346,12 @@ def small_moment_matched_log_det(log_weights: Array, dev: Array, scale_tril: Arr
     result is an upper bound. The deviations are taken from the computed mean ``mu'``; that
     only adds ``(mu - mu')(mu - mu')^T >= 0`` to ``Sigma_mix`` (an upper bound still). The
     correction carries no derivative. ``O(K^2)``.
+
+    The columns are first divided by a power of 2 near their largest entry (exact, so the
+    rounding above is unchanged; its logarithm added back): the squares and products of
+    products otherwise overflowed float32 for deviations of about ``1e9`` (2-D) or ``2e19``
+    (1-D) standard deviations (the bound ``+inf``, still a bound, but ``inf - inf`` in the
+    stopped slack made its derivative NaN, and the default's gradient with it).
     """
     d = dev.shape[-1]
     eps = jnp.finfo(dev.dtype).eps
@@ -347,10 +359,12 @@ def small_moment_matched_log_det(log_weights: Array, dev: Array, scale_tril: Arr
     factor = dense_tril(scale_tril, scale)  # (K, d, d), d <= 2
     if d == 1:
         cols = jnp.concatenate([root_w * factor[:, 0, 0], root_w * dev[:, 0]])
+        cols, log_unit = _power_of_2_units(cols)
         n = cols.shape[0]
-        return jnp.log(jnp.sum(jnp.square(cols))) + lax.stop_gradient(jnp.log1p((n + 8) * eps))
+        return jnp.log(jnp.sum(jnp.square(cols))) + 2.0 * log_unit + lax.stop_gradient(jnp.log1p((n + 8) * eps))
     x = jnp.concatenate([root_w * factor[:, 0, 0], jnp.zeros_like(root_w), root_w * dev[:, 0]])
     y = jnp.concatenate([root_w * factor[:, 1, 0], root_w * factor[:, 1, 1], root_w * dev[:, 1]])
+    (x, y), log_unit = _power_of_2_units(x, y)
     n = x.shape[0]
     xy = x[:, None] * y[None, :]  # x_i y_j
     cross = xy - xy.T
@@ -358,7 +372,18 @@ def small_moment_matched_log_det(log_weights: Array, dev: Array, scale_tril: Arr
     mag = lax.stop_gradient(jnp.abs(xy) + jnp.abs(xy.T))
     fixed = lax.stop_gradient(cross)
     slack = 0.5 * jnp.sum(jnp.square(jnp.abs(fixed) + 8.0 * eps * mag) - jnp.square(fixed))
-    return jnp.log(det + slack) + lax.stop_gradient(jnp.log1p(n * n * eps))
+    return jnp.log(det + slack) + 4.0 * log_unit + lax.stop_gradient(jnp.log1p(n * n * eps))
+
+
+def _power_of_2_units(*arrays: Array):
+    """``arrays`` divided by ``u = 2^k`` near their largest absolute entry (exact), and
+    ``ln u``; ``u`` carries no derivative (the quotients' derivatives are the arrays' own
+    divided by ``u``). A single array comes back unpacked."""
+    top = lax.stop_gradient(jnp.max(jnp.stack([jnp.max(jnp.abs(a)) for a in arrays])))
+    k = jnp.where((top > 0) & jnp.isfinite(top), jnp.floor(jnp.log2(jnp.where(top > 0, top, 1.0))), 0.0)
+    unit = jnp.exp2(k)
+    scaled = tuple(a / unit for a in arrays)
+    return (scaled[0] if len(scaled) == 1 else scaled), k * math.log(2.0)
 
 
 def log_det_bracket(a: Array, dot_length: int) -> tuple[Array, Array]:
@@ -510,13 +535,23 @@ def heaviest_pair_lower(log_weights: Array, locs: Array, entropies: Array, sprea
     # 0.76 nats, above the truth and the upper bound (the default returned the upper bound,
     # 0.248 nats off).
     delta = jnp.where(at_h[:, None], 0.0, locs - onehot @ locs)  # (K, d)
+    # A pair whose |Delta|^2 or spread overflows is infinitely apart (exp(-D) = 0, no
+    # derivative): its Delta is zeroed before the squares, whose derivatives (inf times a
+    # zero cotangent) were NaN otherwise.
+    far = lax.stop_gradient(~(jnp.isfinite(jnp.sum(jnp.square(delta), -1)) & jnp.isfinite(spread(delta, onehot))))
+    delta = jnp.where(far[:, None], 0.0, delta)
     sq = jnp.sum(jnp.square(delta), -1)
     spread_ = spread(delta, onehot)
     # Delta = 0 (at h, or equal means): the first term is 0, and so its derivative. A spread
     # that underflows where |Delta|^2 does not takes the first term as 0 too: any D_i' <= D_i
     # gives a smaller s_i, so the bound stays a bound.
+    # |Delta|^4 / (4 spread) as |Delta|^2 (|Delta|^2 / (4 spread)): the ratio is O(1) in the
+    # rescaled units, while |Delta|^4 overflowed float32 from |Delta| ~ 4e9 sds (value
+    # exp(-inf) = 0 still right, but its gradient inf * 0 = NaN: the default's gradient was
+    # NaN on components 1e10 sds apart).
     apart = (sq > 0) & (spread_ > 0)
-    quad = jnp.where(apart, jnp.square(sq) / (4.0 * jnp.where(apart, spread_, 1.0)), 0.0)
+    ratio = jnp.where(apart, sq, 0.0) / (4.0 * jnp.where(apart, spread_, 1.0))
+    quad = jnp.where(far, jnp.inf, jnp.where(apart, sq * ratio, 0.0))
     t = jnp.where(at_h, 0.0, jnp.abs(entropies - onehot @ entropies)) / d  # |ln|Sigma_i| - ln|Sigma_h|| / (2 d)
     log_cosh = t + jnp.log1p(jnp.exp(-2.0 * t)) - math.log(2.0)
     near = jnp.exp(-(quad + 0.5 * d * log_cosh))  # exp(-D_i), 1 at h

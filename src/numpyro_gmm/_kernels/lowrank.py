@@ -230,6 +230,10 @@ def certified_upper(
     w = jnp.exp(log_weights)
     h = jnp.argmax(log_weights)
     dev = locs - w @ locs  # (K, d)
+    # Deviations whose squares overflow (means 1e19 or more sds apart in float32) make the
+    # bound +inf (still a bound); zeroed first, so that its derivative is 0, not inf * 0 = NaN.
+    overflow = lax.stop_gradient(~jnp.isfinite(jnp.sum(jnp.square(dev) @ (1.0 / cov_diag).T)))
+    dev = jnp.where(overflow, 0.0, dev)
     inv_d, p_h = 1.0 / cov_diag[h], p[h]  # Sigma_h^{-1} = diag(inv_d) - p_h p_h^T
 
     def trace(u):  # (K, d, n) -> the two (K,) terms of tr(u^T Sigma_h^{-1} u) = plus - minus
@@ -274,7 +278,7 @@ def certified_upper(
     g = g_plus - g_minus + slack * jnp.eye(K, dtype=g_plus.dtype)
     exact = d * jnp.log(b_total / d) + log_det_identity_plus(g, d + K)
     upper = 0.5 * (d * (LOG_2PI + 1.0) + log_det[h] + jnp.minimum(jnp.minimum(am_gm, jensen), exact))
-    upper = jnp.where(jnp.isfinite(upper), upper, jnp.inf)
+    upper = jnp.where(jnp.isfinite(upper) & ~overflow, upper, jnp.inf)
     return widened(upper, 8.0)
 
 
@@ -340,13 +344,18 @@ def lowrank_mixing_qmc_entropy(
         # responsibilities: the compiled rule was off by up to 0.045 nats, the eager one right
         # (benchmarks/scale_ratio_limit.py, tests/test_adversarial.py)
         a = (raw_i - raw_locs) * inv_c  # (K, d)
+        # A component so far that a^T D_j^-1 a overflows (1e19 sds in float32) has
+        # responsibility 0: its distance is +inf, with a zeroed so that no derivative is
+        # inf * 0 = NaN.
+        far = lax.stop_gradient(~jnp.isfinite(jnp.sum(jnp.square(a) * inv_d, -1)))  # (K,)
+        a = jnp.where(far[:, None], 0.0, a)
         diag_part = (
             jnp.sum(jnp.square(a) * inv_d, -1)[None]
             + 2.0 * u @ (a * inv_d).T
             + jnp.square(u) @ inv_d.T
         )  # (M, K)
         v = (u @ p_flat).reshape(num_points, K, r) + jnp.einsum("kdr,kd->kr", p, a)[None]  # (M, K, r)
-        return 0.5 * jnp.maximum(diag_part - jnp.sum(jnp.square(v), -1), 0.0)
+        return jnp.where(far[None], jnp.inf, 0.5 * jnp.maximum(diag_part - jnp.sum(jnp.square(v), -1), 0.0))
 
     def mixing_term(args):
         log_joint = log_c[None] - half_quad(args)  # (M, K)

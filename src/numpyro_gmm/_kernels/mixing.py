@@ -288,10 +288,13 @@ def component_points(key: Array | None, num_points: int, num_components: int, d:
 def _entropy_of_responsibilities(log_joint: Array, finite: Array) -> Array:
     """``H(softmax(l)) = LSE(l) - sum_j r_j l_j`` over the last axis; entries with
     ``finite == False`` (zero weight, ``l = -inf``) have ``r_j = 0`` and enter the sum as
-    ``0 * 0`` instead of ``0 * inf``, in the value and the gradient."""
+    ``0 * 0`` instead of ``0 * inf``, in the value and the gradient. So do entries whose
+    squared distance overflowed (``l = -inf`` for a component ``1e19`` or more standard
+    deviations away in float32: its responsibility is 0 to every digit), which made the
+    entropy NaN."""
     lse = jax.nn.logsumexp(log_joint, axis=-1, keepdims=True)
     r = jnp.exp(log_joint - lse)
-    return lse[..., 0] - jnp.sum(r * jnp.where(finite, log_joint, 0.0), axis=-1)
+    return lse[..., 0] - jnp.sum(r * jnp.where(finite & jnp.isfinite(log_joint), log_joint, 0.0), axis=-1)
 
 
 def certified_upper(
@@ -358,17 +361,25 @@ def certified_upper(
         # ln Var X_l) is the tighter where the deviations are spread over coordinates and n is
         # large; the smaller of the two is taken.
         a = w @ jnp.square(scale)
+        # Deviations whose squares overflow (means 1e19 or more sds apart in float32) make the
+        # bound +inf (still a bound); they are zeroed first, so that its derivative is 0,
+        # not inf * 0 = NaN.
+        overflow = lax.stop_gradient(~jnp.isfinite(jnp.sum(jnp.square(dev) / a)))
+        dev = jnp.where(overflow, 0.0, dev)
         dev_var = w @ jnp.square(dev)  # (d,): sum_k w_k dev_kl^2
         jensen = jnp.sum(jnp.log(a)) + deviations_jensen(w, jnp.sum(dev_var / a), d)  # zero weights do not count
         # The exact determinant (the lemma on the min(K, d)-sized side, within its rounding;
         # Hadamard where smaller), where it is the smallest: Jensen's is exact for K = 2 only.
-        log_det = jnp.minimum(jensen, diagonal_moment_matched_log_det(log_weights, dev, scale))
+        log_det = jnp.where(overflow, jnp.inf, jnp.minimum(jensen, diagonal_moment_matched_log_det(log_weights, dev, scale)))
     else:
         # Hadamard in the coordinates whitened by the heaviest component h (|Sigma_mix| =
         # |L_h|^2 |L_h^-1 Sigma_mix L_h^-T|): tight when the mixture is nearly that component,
         # whatever its correlations. O(K d^3) for the K products L_h^-1 L_k.
         h = jnp.argmax(log_weights)
         inv = tril_inverse(scale_tril) if tril_inv is None else tril_inv  # (K, d, d)
+        # as for diagonal components: deviations whose whitened squares overflow give +inf
+        overflow = lax.stop_gradient(~jnp.isfinite(jnp.sum(jnp.square(jnp.einsum("kab,jb->kja", inv, dev)))))
+        dev = jnp.where(overflow, 0.0, dev)
         white_var = jnp.sum(jnp.square(jnp.einsum("ab,kbc->kac", inv[h], scale_tril)), -1)  # (K, d)
         white_dev = dev @ inv[h].T  # (K, d)
         hadamard = jnp.sum(jnp.log(w @ (white_var + jnp.square(white_dev))))
@@ -393,7 +404,7 @@ def certified_upper(
         y = root_w[:, None, None] * root_w[None, :, None] * solved  # (K_k, K_j, d)
         g = jnp.sum(jnp.einsum("kja,kla->kjl", y, y), 0)
         exact = hadamard_b + log_det_identity_plus(g, d + locs.shape[0])
-        log_det = 2.0 * log_abs_det(scale_tril, None)[h] + jnp.minimum(jnp.minimum(hadamard, jensen), exact)
+        log_det = 2.0 * log_abs_det(scale_tril, None)[h] + jnp.where(overflow, jnp.inf, jnp.minimum(jnp.minimum(hadamard, jensen), exact))
     upper = 0.5 * (d * (LOG_2PI + 1.0) + log_det)
     upper = jnp.where(jnp.isfinite(upper), upper, jnp.inf)
     return widened(upper, 8.0)
@@ -453,6 +464,7 @@ def mixing_qmc_entropy(
     # Translation invariance: centring keeps float32 differences of means exact.
     locs_c = locs - lax.stop_gradient(jnp.mean(locs, axis=0))
     finite = jnp.isfinite(log_weights)  # weight 0 <=> logit -inf
+    self_pair = jnp.eye(K, dtype=bool)  # row i: component i's own pair (i, i)
     w = jnp.exp(log_weights)
 
     # ln w_j - ln|L_j|; the common -d/2 ln 2pi cancels in r
@@ -475,7 +487,9 @@ def mixing_qmc_entropy(
         # a_ij = (mu_i - mu_j) / s_j, b_ij = s_i a_ij / s_j, c_ij = s_i^2 / s_j^2.
         inv = 1.0 / scale
         z = points(shifts)  # (K_i, M, d), or (M, d) shared
-        a = (locs_c[:, None] - locs_c[None]) * inv[None]  # (K_i, K_j, d)
+        # self pairs 0 by definition, not by mu_i - mu_i (under jit an array's copies were
+        # seen to differ by an ulp: bounds._pair_logdet_quad)
+        a = jnp.where(self_pair[:, :, None], 0.0, (locs_c[:, None] - locs_c[None]) * inv[None])  # (K_i, K_j, d)
         b = jnp.swapaxes(scale[:, None] * a * inv[None], -1, -2)  # (K_i, d, K_j)
         c = jnp.swapaxes(jnp.square(scale)[:, None] * jnp.square(inv)[None], -1, -2)
         quad = jnp.sum(jnp.square(a), -1)[:, None] + 2.0 * _pairs(z, b) + _pairs(jnp.square(z), c)  # (K_i, M, K_j)
@@ -511,14 +525,14 @@ def mixing_qmc_entropy(
             # component instead of an (M, K, d) array (whose float32 reverse mode under vmap
             # ran 2-3x slower than float64 on the CPU):
             # |a_j + s_i z_m / s_j|^2 = |a_j|^2 + 2 (s_i z_m) . (a_j / s_j) + (s_i z_m)^2 . (1 / s_j^2)
-            mu_i, s_i, shift_i = args
+            mu_i, s_i, shift_i, own = args
             z = points(shift_i)  # (M, d)
-            a = (mu_i - locs_c) * inv  # (K, d)
+            a = jnp.where(own[:, None], 0.0, (mu_i - locs_c) * inv)  # (K, d); the self pair 0 by definition
             cross = (z * s_i) @ (a * inv).T  # (M, K)
             quad = (jnp.square(z) * jnp.square(s_i)) @ inv2.T  # (M, K)
             return 0.5 * jnp.maximum(jnp.sum(jnp.square(a), -1)[None] + 2.0 * cross + quad, 0.0)
 
-        xs = (locs_c, scale, shifts)
+        xs = (locs_c, scale, shifts, self_pair)
     else:
         l_inv = tril_inverse(scale_tril)  # (K, d, d); no LAPACK call (gaussian.py)
 
@@ -529,16 +543,16 @@ def mixing_qmc_entropy(
         points_first = num_points * (K + 1) < K * d
 
         def half_sq_dist(args):  # |L_j^{-1}(mu_i - mu_j) + (L_j^{-1} L_i) z_m|^2 / 2
-            mu_i, l_i, shift_i = args
+            mu_i, l_i, shift_i, own = args
             z = points(shift_i)  # (M, d)
-            shift = jnp.einsum("jab,jb->ja", l_inv, mu_i - locs_c)  # (K, d)
+            shift = jnp.einsum("jab,jb->ja", l_inv, jnp.where(own[:, None], 0.0, mu_i - locs_c))  # (K, d); self pair 0
             if points_first:
                 moved = jnp.einsum("jab,mb->mja", l_inv, z @ l_i.T)  # (M, K, d)
             else:
                 moved = jnp.einsum("jab,bc,mc->mja", l_inv, l_i, z)  # (M, K, d)
             return 0.5 * jnp.sum(jnp.square(shift[None] + moved), -1)
 
-        xs = (locs_c, scale_tril, shifts)
+        xs = (locs_c, scale_tril, shifts, self_pair)
 
     def mixing_term(args):  # E_{N_i}[H(r(X))] by the (fixed or shifted) Sobol' rule
         log_joint = log_c[None] - half_sq_dist(args)  # (M, K)
