@@ -381,7 +381,9 @@ def _power_of_2_units(*arrays: Array):
     divided by ``u``). A single array comes back unpacked."""
     top = lax.stop_gradient(jnp.max(jnp.stack([jnp.max(jnp.abs(a)) for a in arrays])))
     k = jnp.where((top > 0) & jnp.isfinite(top), jnp.floor(jnp.log2(jnp.where(top > 0, top, 1.0))), 0.0)
-    unit = jnp.exp2(k)
+    # ldexp, not exp2: XLA's exp2 of an integer is not always the power of 2 itself (207 of
+    # 2^-120 .. 2^119 differed in float32 on the CPU), and the division must be exact
+    unit = jnp.ldexp(jnp.ones((), top.dtype), k.astype(jnp.int32))
     scaled = tuple(a / unit for a in arrays)
     return (scaled[0] if len(scaled) == 1 else scaled), k * math.log(2.0)
 
