@@ -44,6 +44,7 @@ from .entropy import (
 from ._kernels import lowrank as _lowrank
 from ._kernels import prng
 from ._kernels.gaussian import cholesky, precision_of_tril, tril_inverse, tril_log_prob
+from ._kernels.memory import map_batched
 from ._validation import check_int, float_dtype
 
 __all__ = ["GaussianMixture"]
@@ -176,9 +177,81 @@ def _one_program(prop: property) -> property:
     return property(wraps(prop.fget)(lambda self: fn(self)))
 
 
-# NumPyro's log_prob (without its support check, done outside), one program per shapes (see
-# GaussianMixture.log_prob).
-_mixture_log_prob = jax.jit(MixtureSameFamily.log_prob.__wrapped__)
+#: Largest estimated working memory (bytes) of one ``sample`` or ``log_prob`` program beyond
+#: its inputs and outputs: the draws (values) whose estimate exceeds it are processed in
+#: chunks of rows, so memory stays bounded for any number of draws, components and
+#: dimensions. The estimates, in floats per draw (value): ``log_prob`` evaluates every
+#: component at every value, ``2 K d`` for full and low-rank components (XLA's
+#: ``memory_analysis``: 2.0 K d all at once), ``2 K + d`` diagonal (XLA fuses the sum over
+#: ``d`` into the componentwise terms); ``sample`` draws from the chosen component's
+#: gathered parameters, ``2 d`` diagonal, ``(r + 2) d`` low rank, ``d^2 + d`` full, or, where
+#: that is more, from every component and keeps one, ``K d`` (``K d + d`` full: a matrix
+#: product per component is faster than a gathered factor per draw). Before the chunks,
+#: ``10^5`` draws of ``K = 256`` low-rank components in ``d = 1000`` took 103 GB to sample
+#: and 205 GB to evaluate; now 1.2 and 0.7 GB (``tests/test_distribution.py``).
+SAMPLE_MEMORY_BYTES = 1 << 28
+
+
+def _rows_per_chunk(rows: int, floats_per_row: int, itemsize: int) -> int:
+    """How many of ``rows`` rows of ``floats_per_row`` working floats each to process at once
+    within :data:`SAMPLE_MEMORY_BYTES` (at least 1; all of them when they fit)."""
+    return int(min(rows, max(1, SAMPLE_MEMORY_BYTES // max(1, floats_per_row * itemsize))))
+
+
+def _in_chunks(fn, x: Array, chunk: int) -> Array:
+    """``fn(x)`` for ``fn`` that maps rows (the leading axis) to rows independently, applied
+    to ``chunk`` rows at a time (``lax.map`` over whole chunks, then the remainder): each
+    call sees a block of rows, as ``fn(x)`` would, so shape-dependent choices inside ``fn``
+    (e.g. :func:`~numpyro_gmm._kernels.gaussian.tril_solve`'s) are made for the block."""
+    n = x.shape[0]
+    whole = n // chunk * chunk
+    out = lax.map(fn, x[:whole].reshape((n // chunk, chunk) + x.shape[1:]))
+    out = out.reshape((whole,) + out.shape[2:])
+    return out if whole == n else jnp.concatenate([out, fn(x[whole:])])
+
+
+@jax.jit
+def _mixture_log_prob(mixture: GaussianMixture, value: Array) -> Array:
+    """NumPyro's ``MixtureSameFamily.log_prob`` (without its support check, done outside), one
+    program per shapes (see GaussianMixture.log_prob), in chunks of the values' leading
+    (sample) dimensions where all at once would exceed :data:`SAMPLE_MEMORY_BYTES`: it
+    evaluates every component at every value (``(..., K, d)`` working arrays). Each chunk's
+    values are those of the whole call."""
+    base = MixtureSameFamily.log_prob.__wrapped__
+    batch = tuple(mixture.batch_shape)
+    K, d = mixture.loc.shape[-2:]
+    shape = jnp.broadcast_shapes(jnp.shape(value)[:-1], batch)
+    lead = shape[: len(shape) - len(batch)]
+    rows = math.prod(lead)
+    per_value = 2 * K * (1 if mixture._is_diagonal else d) + d  # see SAMPLE_MEMORY_BYTES
+    chunk = _rows_per_chunk(rows, math.prod(batch) * per_value, mixture.loc.dtype.itemsize)
+    if chunk >= rows:
+        return base(mixture, value)
+    value = jnp.broadcast_to(value, shape + (d,)).reshape((rows,) + batch + (d,))
+    return _in_chunks(partial(base, mixture), value, chunk).reshape(lead + batch)
+
+
+def _one_draw(loc: Array, factor, index: Array, eps: Array, *, kind: str) -> Array:
+    """One draw ``mu_k + A_k eps`` of component ``k = index`` of one mixture (``loc (K, d)``,
+    the factor(s) ``(K, ...)``, ``eps (n,)`` standard normal, ``n = d`` or ``r + d``):
+    NumPyro's draws of each family (``scale * eps`` diagonal, ``L eps`` full,
+    ``W eps[:r] + sqrt(D) * eps[r:]`` low rank), from the chosen component's gathered
+    parameters, or, where that gathers more (full covariances with ``K <= d``, low rank with
+    ``K <= r + 2``), from every component's draw (under ``vmap`` a matrix product per
+    component, ``K d^2`` operations per full draw, faster than a gathered ``d x d`` factor
+    per draw)."""
+    if kind == "diag":
+        return loc[index] + factor[index] * eps
+    K, d = loc.shape
+    if kind == "lowrank":
+        w, diag = factor
+        r = w.shape[-1]
+        if K <= r + 2:
+            return (loc + w @ eps[:r] + jnp.sqrt(diag) * eps[r:])[index]
+        return loc[index] + w[index] @ eps[:r] + jnp.sqrt(diag[index]) * eps[r:]
+    if K <= d:
+        return (loc + jnp.einsum("kij,j->ki", factor, eps))[index]
+    return loc[index] + factor[index] @ eps
 
 
 @partial(jax.jit, static_argnums=2)
@@ -193,25 +266,40 @@ def _mixture_sample(mixture: GaussianMixture, key: Array, sample_shape: tuple[in
     ``jax.random`` call compiled as a rolled loop. Here the component's interval
     ``[c_{k-1}, c_k)`` of the cumulative weights contains ``u c_K``; the largest ``k`` with
     a positive weight and ``c_{k-1} <= u c_K`` is taken, so a component of weight exactly 0 is
-    never drawn, even where rounding puts ``u c_K`` at ``c_K``. The draw's normals go
-    through every component's factor (``GaussianMixture._component_draws``: ``K d^2``,
-    ``K d r`` or ``K d`` operations per draw, as NumPyro's) and the chosen component's
-    result is kept: no ``d x d`` matrix is gathered per draw."""
-    shape = tuple(sample_shape) + mixture.batch_shape
+    never drawn, even where rounding puts ``u c_K`` at ``c_K``. The draw is made from the
+    chosen component's parameters (:func:`_one_draw`: memory per draw ``O(d)`` diagonal,
+    ``O(min(K, r) d)`` low rank, ``O(min(K, d) d)`` full), in chunks of draws within
+    :data:`SAMPLE_MEMORY_BYTES`."""
+    sample_shape = tuple(sample_shape)
+    batch = tuple(mixture.batch_shape)
+    shape = sample_shape + batch
     loc = mixture.loc
     dtype = loc.dtype
-    d = loc.shape[-1]
+    K, d = loc.shape[-2:]
     key_comp, key_ind = prng.split(key)
     probs = mixture.probs
     start = jnp.cumsum(probs, -1) - probs  # c_{k-1}
     u = prng.uniform(key_ind, shape, dtype) * jnp.sum(probs, -1)
     allowed = (start <= u[..., None]) & (probs > 0)
-    K = probs.shape[-1]
     index = K - 1 - jnp.argmax(allowed[..., ::-1], axis=-1)
-    noise = d + (mixture.cov_factor.shape[-1] if mixture._is_lowrank else 0)
+    if mixture._is_lowrank:
+        kind, factor = "lowrank", (mixture.cov_factor, mixture.cov_diag)
+        r = mixture.cov_factor.shape[-1]
+        noise, per_draw = d + r, min(K, r + 2) * d
+    else:
+        kind = "diag" if mixture._is_diagonal else "full"
+        factor = mixture.scale if kind == "diag" else mixture.scale_tril
+        noise, per_draw = d, (2 * d if kind == "diag" else (K * d if K <= d else d * d) + d)
     eps = prng.normal(key_comp, shape + (noise,), dtype)
-    x = mixture._component_draws(eps[..., None, :])  # shape + (K, d)
-    return jnp.take_along_axis(x, index[..., None, None], axis=-2)[..., 0, :], [index]
+    rows, members = math.prod(sample_shape), math.prod(batch)
+    flat = jax.tree.map(lambda p: p.reshape((members,) + p.shape[len(batch):]), (loc, factor))
+
+    def draws(idx, e):  # one row of draws: idx (members,), e (members, noise) -> (members, d)
+        return jax.vmap(partial(_one_draw, kind=kind))(*flat, idx, e)
+
+    chunk = _rows_per_chunk(rows, members * per_draw, dtype.itemsize)
+    x = map_batched(draws, chunk, index.reshape((rows, members)), eps.reshape((rows, members, noise)))
+    return x.reshape(shape + (d,)), [index]
 
 
 @jax.custom_jvp
@@ -598,15 +686,16 @@ class GaussianMixture(MixtureSameFamily):
     @validate_sample
     def log_prob(self, value: ArrayLike, intermediates=None) -> Array:
         """``ln p(value)`` of each mixture, shape ``sample_shape + batch_shape`` (NumPyro's
-        ``MixtureSameFamily.log_prob``, compiled as one program)."""
+        ``MixtureSameFamily.log_prob``, compiled as one program; many values are evaluated in
+        chunks within ``SAMPLE_MEMORY_BYTES``, numpyro_gmm.distribution)."""
         del intermediates
         return _mixture_log_prob(self, value)
 
     def sample_with_intermediates(self, key, sample_shape=()) -> tuple[Array, list[Array]]:
         """Samples, shape ``sample_shape + batch_shape + (d,)``, and the sampled component
         indices (the contract of NumPyro's ``MixtureSameFamily.sample_with_intermediates``;
-        one component draw per sample, not ``K``: see ``_mixture_sample``), compiled as one
-        program."""
+        one component draw per sample, not ``K``, in chunks within ``SAMPLE_MEMORY_BYTES``: see
+        ``_mixture_sample``), compiled as one program."""
         return _mixture_sample(self, key, tuple(sample_shape))
 
     # ------------------------------------------------------------------ entropy
