@@ -493,6 +493,27 @@ def test_validation_follows_numpyro_default():
         GaussianMixture(loc, **kw)
 
 
+def test_nested_lists_are_arrays():
+    """Parameters given as nested Python lists (integers too) make the same mixture as arrays
+    (before: ``TypeError: Cannot determine dtype``), are validated like arrays, and may hold
+    traced entries under ``jit``. Reference: the same mixture built from arrays, and the
+    closed form of one component's log density (SciPy)."""
+    x = jnp.asarray([0.5, -1.0], ftype())
+    from_lists = GaussianMixture([[0, 1], [2.0, -1]], scale=[[1, 2], [0.5, 1]], logits=[0.0, 1])
+    from_arrays = GaussianMixture(jnp.asarray([[0, 1], [2, -1]], ftype()), scale=jnp.asarray([[1, 2], [0.5, 1]], ftype()),
+                                  logits=jnp.asarray([0, 1], ftype()))
+    assert from_lists.loc.dtype == ftype()
+    np.testing.assert_array_equal(from_lists.log_prob(x), from_arrays.log_prob(x))
+    np.testing.assert_array_equal(from_lists.entropy(), from_arrays.entropy())
+    one = GaussianMixture([[0.0, 1.0]], covariance_matrix=[[[2.0, 0.5], [0.5, 1.0]]])
+    expected = stats.multivariate_normal([0.0, 1.0], [[2.0, 0.5], [0.5, 1.0]]).logpdf(np.asarray(x, np.float64))
+    np.testing.assert_allclose(one.log_prob(x), expected, rtol=tol(1e-6, 1e-12))
+    with pytest.raises(ValueError, match="scale must be positive"):
+        GaussianMixture([[0.0], [1.0]], scale=[[1.0], [-1.0]], validate_args=True)
+    traced = jax.jit(lambda a: GaussianMixture([[a], [1.0]], scale=[[1.0], [1.0]]).log_prob(x[:1]))(0.0)
+    np.testing.assert_array_equal(traced, GaussianMixture([[0.0], [1.0]], scale=[[1.0], [1.0]]).log_prob(x[:1]))
+
+
 def test_validation_skipped_for_traced_values():
     kw = _good()
     loc = kw.pop("loc")

@@ -428,7 +428,8 @@ class GaussianMixture(MixtureSameFamily):
         checked, also inside ``jax.jit`` (as NumPyro's own distributions check theirs);
         traced values cannot be. Shapes are always checked.
 
-    Leading dimensions ``...`` broadcast; ``batch_shape`` is their broadcast shape and
+    Parameters are arrays (JAX or NumPy) or nested lists of numbers. Leading dimensions
+    ``...`` broadcast; ``batch_shape`` is their broadcast shape and
     ``event_shape`` is ``(d,)``. All parameters are stored broadcast to
     ``batch_shape + (K, ...)``. The entropy configuration is static pytree data, so it
     survives ``jax.jit`` and ``jax.vmap``.
@@ -484,6 +485,10 @@ class GaussianMixture(MixtureSameFamily):
         if entropy_order is not None:
             entropy_order = check_int("entropy_order", entropy_order, 1)
 
+        loc, covariance_matrix, scale_tril, precision_matrix, scale, cov_factor, cov_diag, logits, probs = map(
+            _array_of_sequence,
+            (loc, covariance_matrix, scale_tril, precision_matrix, scale, cov_factor, cov_diag, logits, probs),
+        )
         cov_name, cov_value = _one_covariance(
             covariance_matrix, scale_tril, precision_matrix, scale, cov_factor, cov_diag
         )
@@ -924,6 +929,17 @@ def _check_covariance(name, c, eps):
     eig = np.linalg.eigvalsh(0.5 * (c + np.swapaxes(c, -1, -2)))
     if not np.all(eig > eps * np.max(np.abs(eig), axis=-1, keepdims=True)):
         raise ValueError(f"{name} must be positive definite, got an eigenvalue <= 0")
+
+
+def _array_of_sequence(value):
+    """A (nested) list or tuple of numbers as an array (NumPy's while every entry is concrete,
+    so that ``validate_args`` can check it; JAX's where an entry is traced); anything else
+    unchanged."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    if all(not_jax_tracer(v) for v in jax.tree.leaves(value)):
+        return np.asarray(value)
+    return jnp.asarray(value)
 
 
 def _is_static(value) -> bool:
