@@ -51,7 +51,7 @@ from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoMultivari
 
 from doc_sections import write_section  # noqa: E402
 from numpyro_gmm import AutoGaussianMixture, GaussianMixture, TraceEntropy_ELBO  # noqa: E402
-from numpyro_gmm._kernels.mixing import DEFAULT_NUM_POINTS  # noqa: E402
+from numpyro_gmm._kernels.mixing import default_num_points  # noqa: E402
 
 
 def best(f, *a, repeats=3):
@@ -94,10 +94,10 @@ def entropy_fn(cov):
 
 def part_entropy(a, dtype):
     rows, skipped = [], []
-    M = DEFAULT_NUM_POINTS
     for cov in a.covs.split(","):
         for d in map(int, a.dims.split(",")):
             for K in (2, 8, 32, 128):
+                M = default_num_points(K)  # the default's points per component
                 flops = K * K * M * {"full": d * d, "diag": d, "lowrank": d * a.rank}[cov]
                 if flops > a.max_flops:
                     skipped.append((K, d, cov, flops))
@@ -320,7 +320,7 @@ def main(argv=None):
     if a.part in ("entropy", "all"):
         rows, skipped = part_entropy(a, dtype)
         lines += ["**The default entropy** (`GaussianMixture.entropy()`, the mixing rule with "
-                  f"{DEFAULT_NUM_POINTS} points; first call = compilation + one run, per call = best of {a.repeats}; "
+                  f"{default_num_points(2)} points per component, {default_num_points(128)} at K = 128; first call = compilation + one run, per call = best of {a.repeats}; "
                   "memory = XLA's planned arguments + outputs + temporaries of the call).", "",
                   "| K | d | cov | value: first call (s) | value: per call (ms) | value: memory (MiB) | "
                   "value+grad: first call (s) | value+grad: per call (ms) | value+grad: memory (MiB) |",

@@ -27,7 +27,7 @@ from ._kernels import modes as _modes
 from ._kernels import monte_carlo as _monte_carlo
 from ._kernels import taylor as _taylor
 from ._kernels.gaussian import all_finite
-from ._kernels.mixing import DEFAULT_NUM_POINTS
+from ._kernels.mixing import DEFAULT_NUM_POINTS, default_num_points
 from ._kernels.power_integrals import DEFAULT_BLOCK_SIZE, log_moments, moment_cost
 from ._validation import check_int, check_mixture_shapes, float_dtype
 
@@ -490,7 +490,7 @@ def mixing_qmc_entropy(
     scale_tril: Array | None = None,
     *,
     scale: Array | None = None,
-    num_points: int = DEFAULT_NUM_POINTS,
+    num_points: int | None = None,
     key: Array | None = None,
 ) -> Array:
     r"""Exact Gaussian part plus the mixing part by a fixed quasi-Monte Carlo rule.
@@ -523,9 +523,12 @@ def mixing_qmc_entropy(
 
     Args:
       logits, locs, scale_tril, scale: as :func:`legendre_entropy`.
-      num_points: static number ``M`` of points per component, a power of 2. An i.i.d. rule
-        would have a standard error of at most ``ln(K) / (2 sqrt(M))``; the Sobol' points
-        do better in practice.
+      num_points: static number ``M`` of points per component, a power of 2; ``None``
+        (default): ``DEFAULT_NUM_POINTS`` (1024) up to 32 components, then about ``2^15 / K``,
+        at least 128 (:func:`numpyro_gmm._kernels.mixing.default_num_points`: the
+        components' errors are independent and average out). An i.i.d. rule would have a
+        standard error of at most ``ln(K) / (2 sqrt(M))``; the Sobol' points do better in
+        practice.
       key: ``None`` (default): the fixed points, deterministic, with a small fixed bias in
         the value and the gradient (docs/accuracy.md). A ``jax.random`` key: the points
         shifted by one uniform random vector modulo 1 (randomised QMC, a Cranley-Patterson
@@ -547,8 +550,8 @@ def mixing_qmc_entropy(
       >>> round(float(h), 3)  # SciPy quadrature: 1.75577
       1.756
     """
-    _, d, dtype = _check(logits, locs, scale_tril, scale)
-    num_points = check_int("num_points", num_points, 1)
+    K, d, dtype = _check(logits, locs, scale_tril, scale)
+    num_points = default_num_points(K) if num_points is None else check_int("num_points", num_points, 1)
     _mixing.sobol_points(num_points, d)  # ValueError unless a power of 2 (cached)
     return _run(_mixing.mixing_qmc_entropy, logits, locs, scale_tril, scale, dtype, {"key": key}, num_points=num_points)
 
@@ -561,7 +564,7 @@ def auto_entropy(
     *,
     scale: Array | None = None,
     order: int = DEFAULT_ORDER,
-    num_points: int = DEFAULT_NUM_POINTS,
+    num_points: int | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
     key: Array | None = None,
 ) -> Array:
@@ -937,7 +940,7 @@ def lowrank_mixing_qmc_entropy(
     cov_factor: Array,
     cov_diag: Array,
     *,
-    num_points: int = DEFAULT_NUM_POINTS,
+    num_points: int | None = None,
     key: Array | None = None,
 ) -> Array:
     r""":func:`mixing_qmc_entropy` for low-rank-plus-diagonal components
@@ -954,9 +957,9 @@ def lowrank_mixing_qmc_entropy(
     certified bracket (``O(K d r^2)``, no factorisation). NaN when a parameter is not finite or
     ``cov_diag`` is not positive.
     """
-    _check_lowrank(logits, locs, cov_factor, cov_diag)
+    K, _, _ = _check_lowrank(logits, locs, cov_factor, cov_diag)
     dtype = jnp.dtype(float_dtype(logits, locs, cov_factor, cov_diag))
-    num_points = check_int("num_points", num_points, 1)
+    num_points = default_num_points(K) if num_points is None else check_int("num_points", num_points, 1)
     return _lowrank_compiled(logits, locs, cov_factor, cov_diag, key, dtype=dtype, num_points=num_points)
 
 
