@@ -524,7 +524,7 @@ def mixing_qmc_entropy(
     Args:
       logits, locs, scale_tril, scale: as :func:`legendre_entropy`.
       num_points: static number ``M`` of points per component, a power of 2; ``None``
-        (default): ``DEFAULT_NUM_POINTS`` (1024) up to 32 components, then about ``2^15 / K``,
+        (default): ``DEFAULT_NUM_POINTS`` (1024) up to 64 components, then about ``2^16 / K``,
         at least 128 (:func:`numpyro_gmm._kernels.mixing.default_num_points`: the
         components' errors are independent and average out). An i.i.d. rule would have a
         standard error of at most ``ln(K) / (2 sqrt(M))``; the Sobol' points do better in

@@ -103,32 +103,31 @@ from .gaussian import substitution_pays, tril_inverse, tril_solve_columns
 Array = jnp.ndarray
 
 #: Default number of Sobol' points per component (a power of 2) up to
-#: ``DEFAULT_TOTAL_POINTS / DEFAULT_NUM_POINTS = 32`` components (:func:`default_num_points`).
+#: ``DEFAULT_TOTAL_POINTS / DEFAULT_NUM_POINTS = 64`` components (:func:`default_num_points`).
 DEFAULT_NUM_POINTS = 1024
-#: Beyond 32 components the default rule keeps about this many points in all
+#: Beyond 64 components the default rule keeps about this many points in all
 #: (:func:`default_num_points`), and at least :data:`MIN_DEFAULT_NUM_POINTS` per component.
-DEFAULT_TOTAL_POINTS = 1 << 15
+DEFAULT_TOTAL_POINTS = 1 << 16
 MIN_DEFAULT_NUM_POINTS = 128
 
 
 def default_num_points(num_components: int) -> int:
-    """Points per component of the default rule: ``DEFAULT_NUM_POINTS`` (1024) up to 32
-    components, then halved while ``K M`` exceeds ``DEFAULT_TOTAL_POINTS`` (``2^15``), down to
-    ``MIN_DEFAULT_NUM_POINTS`` (128): 512 for ``K = 33 .. 64``, 256 up to 128, 128 beyond.
+    """Points per component of the default rule: ``DEFAULT_NUM_POINTS`` (1024) up to 64
+    components, then halved while ``K M`` exceeds ``DEFAULT_TOTAL_POINTS`` (``2^16``), down to
+    ``MIN_DEFAULT_NUM_POINTS`` (128): 512 for ``K = 65 .. 128``, 256 up to 256, 128 beyond.
 
     Each component's points carry their own shift (:func:`component_points`), so the
     components' integration errors are independent and the mixture's error, their weighted
-    mean, shrinks with ``K``; the cost grows like ``K^2 M``. Measured against stratified
-    Monte Carlo with control variates (``tests/reference.py``, NumPy float64, standard errors
-    0.0005-0.0027), errors of the rule at ``M = 1024`` / the default ``M``: ``K = 128``,
-    ``d = 2`` and ``10``, overlapping, separated, narrow (scale 1e-3) inside wide, and weights
-    down to ``e^-14``, 24 mixtures, largest ``|error|`` 0.0030 / 0.0035 (``M = 256``);
-    ``K = 128``, ``d = 100``, 128 unit Gaussians with means ``0.25 N(0, I) / sqrt 2`` (every
-    component's points see all the others: the hardest case for averaging), -0.0050 / -0.0037
-    (``M = 256``; 64 points gave -0.0123); ``K = 256``, same, -0.0022 / -0.0026
-    (``M = 128``); ``K = 256``, ``d = 2``, the four families, 0.0030 / 0.0045 (``M = 128``).
-    The value and gradient at ``K = 256`` take an eighth of the time of ``M = 1024``
-    (docs/accuracy.md, "Many components: fewer points each")."""
+    mean, shrinks with ``K``; the cost grows like ``K^2 M``. Measured on the mixtures where
+    averaging helps least (``K`` unit Gaussians in ``d = 100``, means ``0.25 N(0, I) / sqrt 2``:
+    every component's points see all the others; three seeds each), the rule's difference
+    from the same rule with 8192 points: ``K = 64``, 1024 points, up to 0.0039; ``K = 128``,
+    512 points, up to 0.0020 (256 points: 0.0047); ``K = 256``, 256 points, up to 0.0029
+    (128 points: 0.0022). Against control-variate Monte Carlo in 2-D and 10-D (overlapping,
+    separated, narrow inside wide, weights down to ``e^-14``; ``K = 128`` and ``256``) even
+    half these points stayed within 0.0045 nats. The value and gradient at ``K = 256`` take
+    a fifth to a third of the time of 1024 points (docs/accuracy.md, "Many components: fewer
+    points each")."""
     m = DEFAULT_NUM_POINTS
     while m > MIN_DEFAULT_NUM_POINTS and num_components * m > DEFAULT_TOTAL_POINTS:
         m //= 2
