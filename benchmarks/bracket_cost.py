@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_gmm._kernels import bounds, lowrank, mixing
+from numpyro_gmm._kernels import lowrank, mixing
 
 CASES = [("diag", 8, 2, 0), ("diag", 8, 10, 0), ("diag", 4, 1000, 0), ("full", 4, 10, 0), ("full", 4, 100, 0),
          ("lowrank", 4, 1000, 4), ("lowrank", 8, 100, 2)]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import re
 import sys
 import time
 import warnings

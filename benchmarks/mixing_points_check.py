@@ -1,7 +1,6 @@
 """The overlap mixture at d = 100, K = 16 (identity covariances): the mixing rule at 1024, 4096 and 16384 points and 16 randomised 4096-point rules. python benchmarks/mixing_points_check.py"""
 import sys, numpy as np, jax
 jax.config.update("jax_enable_x64", True)
-import jax.numpy as jnp
 sys.path.insert(0, "tests"); sys.path.insert(0, "src")
 import reference as R
 from numpyro_gmm import mixing_qmc_entropy
