@@ -129,3 +129,18 @@ def test_many_draws_of_many_components_in_bounded_memory(kind, K, d, r):
         if analysis is None:
             pytest.skip("this backend reports no memory analysis")
         assert analysis.temp_size_in_bytes < limit, (kind, analysis.temp_size_in_bytes / 2**30)
+
+
+@pytest.mark.parametrize("kind", ["diag", "full", "lowrank"])
+def test_no_draws_and_no_values(kind):
+    """A sample shape or a set of values with no element: empty results of the right shapes
+    (before, ``log_prob`` of ``(0, d)`` values raised ``ZeroDivisionError`` inside NumPyro's
+    ``sum_rightmost``)."""
+    gm, _ = _mixture(kind, 3, 2, 1, batch=(4,))
+    assert gm.sample(jax.random.PRNGKey(0), (0,)).shape == (0, 4, 2)
+    assert gm.sample(jax.random.PRNGKey(0), (3, 0)).shape == (3, 0, 4, 2)
+    assert gm.log_prob(jnp.zeros((0, 4, 2), ftype())).shape == (0, 4)
+    assert gm.log_prob(jnp.zeros((0, 1, 2), ftype())).shape == (0, 4)
+    one, _ = _mixture(kind, 3, 2, 1)
+    assert one.log_prob(jnp.zeros((0, 2), ftype())).shape == (0,)
+    assert one.log_prob(jnp.zeros((5, 0, 2), ftype())).shape == (5, 0)

@@ -223,6 +223,8 @@ def _mixture_log_prob(mixture: GaussianMixture, value: Array) -> Array:
     shape = jnp.broadcast_shapes(jnp.shape(value)[:-1], batch)
     lead = shape[: len(shape) - len(batch)]
     rows = math.prod(lead)
+    if rows == 0:  # no values (NumPyro's sum over the event dimension divides by their number)
+        return jnp.zeros(shape, mixture.loc.dtype)
     per_value = 2 * K * (1 if mixture._is_diagonal else d) + d  # see SAMPLE_MEMORY_BYTES
     chunk = _rows_per_chunk(rows, math.prod(batch) * per_value, mixture.loc.dtype.itemsize)
     if chunk >= rows:
