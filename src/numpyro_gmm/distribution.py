@@ -44,7 +44,7 @@ from .entropy import (
 from ._kernels import lowrank as _lowrank
 from ._kernels import prng
 from ._kernels.gaussian import cholesky, precision_of_tril, tril_inverse, tril_log_prob
-from ._kernels.memory import map_batched
+from ._kernels.memory import MemoryBudget, map_batched
 from ._validation import check_int, float_dtype
 
 __all__ = ["GaussianMixture"]
@@ -195,7 +195,7 @@ SAMPLE_MEMORY_BYTES = 1 << 28
 def _rows_per_chunk(rows: int, floats_per_row: int, itemsize: int) -> int:
     """How many of ``rows`` rows of ``floats_per_row`` working floats each to process at once
     within :data:`SAMPLE_MEMORY_BYTES` (at least 1; all of them when they fit)."""
-    return int(min(rows, max(1, SAMPLE_MEMORY_BYTES // max(1, floats_per_row * itemsize))))
+    return MemoryBudget(evaluation=itemsize, limit=SAMPLE_MEMORY_BYTES).batch(floats_per_row, rows)
 
 
 def _in_chunks(fn, x: Array, chunk: int) -> Array:
@@ -233,27 +233,31 @@ def _mixture_log_prob(mixture: GaussianMixture, value: Array) -> Array:
     return _in_chunks(partial(base, mixture), value, chunk).reshape(lead + batch)
 
 
-def _one_draw(loc: Array, factor, index: Array, eps: Array, *, kind: str) -> Array:
-    """One draw ``mu_k + A_k eps`` of component ``k = index`` of one mixture (``loc (K, d)``,
-    the factor(s) ``(K, ...)``, ``eps (n,)`` standard normal, ``n = d`` or ``r + d``):
-    NumPyro's draws of each family (``scale * eps`` diagonal, ``L eps`` full,
-    ``W eps[:r] + sqrt(D) * eps[r:]`` low rank), from the chosen component's gathered
-    parameters, or, where that gathers more (full covariances with ``K <= d``, low rank with
-    ``K <= r + 2``), from every component's draw (under ``vmap`` a matrix product per
-    component, ``K d^2`` operations per full draw, faster than a gathered ``d x d`` factor
-    per draw)."""
-    if kind == "diag":
-        return loc[index] + factor[index] * eps
-    K, d = loc.shape
+def _affine_draws(kind: str, loc: Array, factor, eps: Array) -> Array:
+    """``mu + A eps`` for Gaussians ``N(mu, A A^T)`` of one family, broadcast over leading
+    dimensions: ``loc (..., d)``; ``factor`` is ``scale (..., d)`` (``kind="diag"``),
+    ``scale_tril (..., d, d)`` (``"full"``) or ``(W (..., d, r), D (..., d))`` (``"lowrank"``);
+    standard normal ``eps (..., n)``. NumPyro's draws of each family: ``n = d`` (``scale *
+    eps`` diagonal, ``L eps`` full) or ``n = r + d`` low rank (``W eps[:r] + sqrt(D) *
+    eps[r:]``)."""
     if kind == "lowrank":
         w, diag = factor
         r = w.shape[-1]
-        if K <= r + 2:
-            return (loc + w @ eps[:r] + jnp.sqrt(diag) * eps[r:])[index]
-        return loc[index] + w[index] @ eps[:r] + jnp.sqrt(diag[index]) * eps[r:]
-    if K <= d:
-        return (loc + jnp.einsum("kij,j->ki", factor, eps))[index]
-    return loc[index] + factor[index] @ eps
+        return loc + jnp.einsum("...dr,...r->...d", w, eps[..., :r]) + jnp.sqrt(diag) * eps[..., r:]
+    if kind == "diag":
+        return loc + factor * eps
+    return loc + jnp.einsum("...ij,...j->...i", factor, eps)
+
+
+def _one_draw(loc: Array, factor, index: Array, eps: Array, *, kind: str, gather: bool) -> Array:
+    """One draw of component ``k = index`` of one mixture (``loc (K, d)``, the factor(s)
+    ``(K, ...)``, standard normal ``eps (n,)``; :func:`_affine_draws`): from the chosen
+    component's gathered parameters (``gather``), or from every component's draw, keeping
+    one (under ``vmap`` a matrix product per component: for full covariances with ``K <= d``
+    faster than a gathered ``d x d`` factor per draw)."""
+    if gather:
+        return _affine_draws(kind, loc[index], jax.tree.map(lambda f: f[index], factor), eps)
+    return _affine_draws(kind, loc, factor, eps)[index]
 
 
 @partial(jax.jit, static_argnums=2)
@@ -284,20 +288,19 @@ def _mixture_sample(mixture: GaussianMixture, key: Array, sample_shape: tuple[in
     u = prng.uniform(key_ind, shape, dtype) * jnp.sum(probs, -1)
     allowed = (start <= u[..., None]) & (probs > 0)
     index = K - 1 - jnp.argmax(allowed[..., ::-1], axis=-1)
-    if mixture._is_lowrank:
-        kind, factor = "lowrank", (mixture.cov_factor, mixture.cov_diag)
-        r = mixture.cov_factor.shape[-1]
-        noise, per_draw = d + r, min(K, r + 2) * d
-    else:
-        kind = "diag" if mixture._is_diagonal else "full"
-        factor = mixture.scale if kind == "diag" else mixture.scale_tril
-        noise, per_draw = d, (2 * d if kind == "diag" else (K * d if K <= d else d * d) + d)
+    kind, factor = mixture._family()
+    r = factor[0].shape[-1] if kind == "lowrank" else 0
+    noise = d + r
+    # floats per draw: the chosen component's gathered parameters, or every component's draw
+    gathered = {"diag": 2 * d, "lowrank": (r + 2) * d, "full": d * d + d}[kind]
+    every = K * d + (d if kind == "full" else 0)
+    gather, per_draw = gathered < every, min(gathered, every)
     eps = prng.normal(key_comp, shape + (noise,), dtype)
     rows, members = math.prod(sample_shape), math.prod(batch)
     flat = jax.tree.map(lambda p: p.reshape((members,) + p.shape[len(batch):]), (loc, factor))
 
     def draws(idx, e):  # one row of draws: idx (members,), e (members, noise) -> (members, d)
-        return jax.vmap(partial(_one_draw, kind=kind))(*flat, idx, e)
+        return jax.vmap(partial(_one_draw, kind=kind, gather=gather))(*flat, idx, e)
 
     chunk = _rows_per_chunk(rows, members * per_draw, dtype.itemsize)
     x = map_batched(draws, chunk, index.reshape((rows, members)), eps.reshape((rows, members, noise)))
@@ -632,19 +635,20 @@ class GaussianMixture(MixtureSameFamily):
     def is_diagonal(self) -> bool:
         return self._is_diagonal
 
+    def _family(self) -> tuple[str, object]:
+        """``(kind, factor)`` of the components for :func:`_affine_draws`: ``("diag", scale)``,
+        ``("full", scale_tril)`` or ``("lowrank", (cov_factor, cov_diag))``."""
+        if self._is_lowrank:
+            return "lowrank", (self.cov_factor, self.cov_diag)
+        if self._is_diagonal:
+            return "diag", self.scale
+        return "full", self.scale_tril
+
     def _component_draws(self, eps: Array) -> Array:
         """``mu_k + A_k eps_k`` for every component ``k``, ``(..., K, d)``, from standard
-        normal ``eps`` of shape ``(..., K or 1, n)``: NumPyro's draws of each family, ``n = d``
-        (``scale * eps`` diagonal, ``L eps`` full) or ``n = r + d`` low rank
-        (``W eps[:r] + sqrt(D) * eps[r:]``)."""
-        loc = self.loc
-        if self._is_lowrank:
-            r = self.cov_factor.shape[-1]
-            w_eps = jnp.einsum("...kdr,...kr->...kd", self.cov_factor, eps[..., :r])
-            return loc + w_eps + jnp.sqrt(self.cov_diag) * eps[..., r:]
-        if self._is_diagonal:
-            return loc + self.scale * eps
-        return loc + jnp.einsum("...kij,...kj->...ki", self.scale_tril, eps)
+        normal ``eps`` of shape ``(..., K or 1, n)`` (:func:`_affine_draws`)."""
+        kind, factor = self._family()
+        return _affine_draws(kind, self.loc, factor, eps)
 
     @property
     def is_lowrank(self) -> bool:
