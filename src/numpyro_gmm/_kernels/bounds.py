@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.nn import logsumexp
 
-from .gaussian import cholesky, tril_inverse, tril_solve
+from .gaussian import cholesky, tril_inverse, tril_solve, zeroed_unless_finite
 
 Array = jnp.ndarray
 
@@ -537,11 +537,8 @@ def heaviest_pair_lower(log_weights: Array, locs: Array, entropies: Array, sprea
     # 0.76 nats, above the truth and the upper bound (the default returned the upper bound,
     # 0.248 nats off).
     delta = jnp.where(at_h[:, None], 0.0, locs - onehot @ locs)  # (K, d)
-    # A pair whose |Delta|^2 or spread overflows is infinitely apart (exp(-D) = 0, no
-    # derivative): its Delta is zeroed before the squares, whose derivatives (inf times a
-    # zero cotangent) were NaN otherwise.
-    far = lax.stop_gradient(~(jnp.isfinite(jnp.sum(jnp.square(delta), -1)) & jnp.isfinite(spread(delta, onehot))))
-    delta = jnp.where(far[:, None], 0.0, delta)
+    # A pair whose |Delta|^2 or spread overflows is infinitely apart (exp(-D) = 0, no derivative)
+    delta, far = zeroed_unless_finite(delta, jnp.sum(jnp.square(delta), -1), spread(delta, onehot))
     sq = jnp.sum(jnp.square(delta), -1)
     spread_ = spread(delta, onehot)
     # Delta = 0 (at h, or equal means): the first term is 0, and so its derivative. A spread

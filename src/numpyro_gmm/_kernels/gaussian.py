@@ -727,3 +727,20 @@ def log_gaussian_peak(log_det_cov: Array, d: int) -> Array:
 def all_finite(*xs: Array) -> Array:
     """Scalar boolean: every entry of every array is finite."""
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in xs]))
+
+
+def zeroed_unless_finite(x: Array, *sizes: Array) -> tuple[Array, Array]:
+    """``(x', far)``: ``far`` (no derivative) where any of ``sizes`` (quantities computed from
+    ``x``, e.g. squared distances, with the shape of ``x``'s leading axes or scalars) is not
+    finite, and ``x'`` is ``x`` with those entries (rows) zeroed.
+
+    For pairs or deviations so far apart that their squares overflow: the caller takes them
+    as infinitely apart (a bound ``+inf``, a responsibility or ``exp(-D)`` of 0) and computes
+    the rest from ``x'``, whose derivative there is 0; from ``x`` itself it would be
+    ``inf * 0 = NaN`` and make the whole gradient NaN."""
+    finite = jnp.isfinite(sizes[0])
+    for size in sizes[1:]:
+        finite = finite & jnp.isfinite(size)
+    far = lax.stop_gradient(~finite)
+    return jnp.where(far.reshape(far.shape + (1,) * (x.ndim - far.ndim)), 0.0, x), far
+

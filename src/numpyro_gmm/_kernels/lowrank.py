@@ -87,7 +87,7 @@ from .bounds import (
     shifted_bracket,
     widened,
 )
-from .gaussian import cholesky, tril_inverse, tril_solve
+from .gaussian import cholesky, tril_inverse, tril_solve, zeroed_unless_finite
 from .mixing import (
     DEFAULT_NUM_POINTS,
     _entropy_of_responsibilities,
@@ -231,9 +231,8 @@ def certified_upper(
     h = jnp.argmax(log_weights)
     dev = locs - w @ locs  # (K, d)
     # Deviations whose squares overflow (means 1e19 or more sds apart in float32) make the
-    # bound +inf (still a bound); zeroed first, so that its derivative is 0, not inf * 0 = NaN.
-    overflow = lax.stop_gradient(~jnp.isfinite(jnp.sum(jnp.square(dev) @ (1.0 / cov_diag).T)))
-    dev = jnp.where(overflow, 0.0, dev)
+    # bound +inf (still a bound)
+    dev, overflow = zeroed_unless_finite(dev, jnp.sum(jnp.square(dev) @ (1.0 / cov_diag).T))
     inv_d, p_h = 1.0 / cov_diag[h], p[h]  # Sigma_h^{-1} = diag(inv_d) - p_h p_h^T
 
     def trace(u):  # (K, d, n) -> the two (K,) terms of tr(u^T Sigma_h^{-1} u) = plus - minus
@@ -345,10 +344,8 @@ def lowrank_mixing_qmc_entropy(
         # (benchmarks/scale_ratio_limit.py, tests/test_adversarial.py)
         a = (raw_i - raw_locs) * inv_c  # (K, d)
         # A component so far that a^T D_j^-1 a overflows (1e19 sds in float32) has
-        # responsibility 0: its distance is +inf, with a zeroed so that no derivative is
-        # inf * 0 = NaN.
-        far = lax.stop_gradient(~jnp.isfinite(jnp.sum(jnp.square(a) * inv_d, -1)))  # (K,)
-        a = jnp.where(far[:, None], 0.0, a)
+        # responsibility 0: its distance is +inf
+        a, far = zeroed_unless_finite(a, jnp.sum(jnp.square(a) * inv_d, -1))  # far: (K,)
         diag_part = (
             jnp.sum(jnp.square(a) * inv_d, -1)[None]
             + 2.0 * u @ (a * inv_d).T

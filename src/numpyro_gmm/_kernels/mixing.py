@@ -98,7 +98,7 @@ from .bounds import (
 )
 from . import prng
 from .fusion import computed_once
-from .gaussian import substitution_pays, tril_inverse, tril_solve_columns
+from .gaussian import substitution_pays, tril_inverse, tril_solve_columns, zeroed_unless_finite
 
 Array = jnp.ndarray
 
@@ -390,10 +390,8 @@ def certified_upper(
         # large; the smaller of the two is taken.
         a = w @ jnp.square(scale)
         # Deviations whose squares overflow (means 1e19 or more sds apart in float32) make the
-        # bound +inf (still a bound); they are zeroed first, so that its derivative is 0,
-        # not inf * 0 = NaN.
-        overflow = lax.stop_gradient(~jnp.isfinite(jnp.sum(jnp.square(dev) / a)))
-        dev = jnp.where(overflow, 0.0, dev)
+        # bound +inf (still a bound)
+        dev, overflow = zeroed_unless_finite(dev, jnp.sum(jnp.square(dev) / a))
         dev_var = w @ jnp.square(dev)  # (d,): sum_k w_k dev_kl^2
         jensen = jnp.sum(jnp.log(a)) + deviations_jensen(w, jnp.sum(dev_var / a), d)  # zero weights do not count
         # The exact determinant (the lemma on the min(K, d)-sized side, within its rounding;
@@ -406,8 +404,7 @@ def certified_upper(
         h = jnp.argmax(log_weights)
         inv = tril_inverse(scale_tril) if tril_inv is None else tril_inv  # (K, d, d)
         # as for diagonal components: deviations whose whitened squares overflow give +inf
-        overflow = lax.stop_gradient(~jnp.isfinite(jnp.sum(jnp.square(jnp.einsum("kab,jb->kja", inv, dev)))))
-        dev = jnp.where(overflow, 0.0, dev)
+        dev, overflow = zeroed_unless_finite(dev, jnp.sum(jnp.square(jnp.einsum("kab,jb->kja", inv, dev))))
         white_var = jnp.sum(jnp.square(jnp.einsum("ab,kbc->kac", inv[h], scale_tril)), -1)  # (K, d)
         white_dev = dev @ inv[h].T  # (K, d)
         hadamard = jnp.sum(jnp.log(w @ (white_var + jnp.square(white_dev))))
