@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from doc_sections import write_section  # noqa: E402
+from timing import timed  # noqa: E402
 
 # (kind, K, d, r, N)
 CASES = [
@@ -78,8 +79,6 @@ def _programs(kind, K, d, r, N):
 
 
 def measure(kind, K, d, r, N, max_gb):
-    import jax
-
     rows = []
     programs = _programs(kind, K, d, r, N)
     for program in ("sample", "log_prob"):
@@ -91,13 +90,7 @@ def measure(kind, K, d, r, N, max_gb):
             if gb > max_gb:
                 row[name + "_ms"] = None
                 continue
-            jax.block_until_ready(fn(*args))
-            times = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                jax.block_until_ready(fn(*args))
-                times.append(time.perf_counter() - t0)
-            row[name + "_ms"] = 1e3 * sorted(times)[1]
+            row[name + "_ms"] = 1e3 * timed(fn, *args, repeats=3, reduce=statistics.median)
         rows.append(row)
     return rows
 

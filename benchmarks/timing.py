@@ -1,21 +1,21 @@
 """Shared timing helper of the benchmark scripts."""
 
-import math
 import statistics
 import time
 
 import jax
 
 
-def timed(fn, *args, repeats=3):
-    """Best wall time (s) of ``fn(*args)`` over ``repeats`` calls, after one compiling call."""
+def timed(fn, *args, repeats=3, reduce=min):
+    """Best wall time (s) of ``fn(*args)`` over ``repeats`` calls, after one compiling call
+    (``reduce``: another statistic of the ``repeats`` times, e.g. ``statistics.median``)."""
     jax.block_until_ready(fn(*args))
-    best = math.inf
+    times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - t0)
-    return best
+        times.append(time.perf_counter() - t0)
+    return reduce(times)
 
 
 def svi_step_times(svi, state, *args, calls=20):
