@@ -263,6 +263,47 @@ def test_guide_list_with_the_other_latents_hidden_finds_both_modes():
     assert locs.min() < -1.0 < 1.0 < locs.max()
 
 
+def data_model(y):
+    """``y ~ N(a^2, 0.5)`` per entry of ``y``, ``a ~ N(0, 3)``: one mode at ``a = 0`` for data
+    below 0, two symmetric ones at ``+-sqrt(mean y)`` (mass 1/2 each) for data well above 0."""
+    a = numpyro.sample("a", dist.Normal(0.0, 3.0))
+    with numpyro.plate("n", y.shape[0]):
+        numpyro.sample("y", dist.Normal(a**2, 0.5), obs=y)
+
+
+def test_initialisation_fits_the_data_of_the_call_that_creates_the_parameters():
+    # A guide initialised on one data set and then on another (SVI.init again, e.g. SVI.run
+    # on new data) starts from fits to the second: the same parameters as a fresh guide's,
+    # both components on the second data's modes at +-2. Before, the fits reused the first
+    # call's data (the unimodal posterior at 0), and both components started at 0.
+    unimodal, bimodal = jnp.array([-1.0, -1.2, -0.8]), jnp.array([4.0, 4.2, 3.8])
+    key = jax.random.PRNGKey(0)
+
+    def init(guide, y):
+        svi = SVI(data_model, guide, numpyro.optim.Adam(0.05), TraceEntropy_ELBO())
+        return svi.get_params(svi.init(key, y))
+
+    reused = AutoGaussianMixture(data_model, num_components=2)
+    first = init(reused, unimodal)
+    assert np.abs(guide_locs(first)).max() < 0.5  # the unimodal data's mode
+    again, fresh = init(reused, bimodal), init(AutoGaussianMixture(data_model, num_components=2), bimodal)
+    for name in fresh:  # the same program up to XLA's choices (a difference of 5e-6 in float32)
+        np.testing.assert_allclose(again[name], fresh[name], rtol=1e-9 if X64 else 2e-5, atol=1e-9 if X64 else 2e-5)
+    locs = np.sort(guide_locs(again)[:, 0])
+    np.testing.assert_allclose(locs, [-2.0, 2.0], atol=0.1)
+    # the compiled initialisation is kept for the same data, replaced for other data
+    assert reused._init_programs["data"][1][0] is bimodal
+    programs = reused._init_programs
+    init(reused, bimodal)
+    assert reused._init_programs is programs
+    init(reused, unimodal)
+    assert reused._init_programs is not programs
+    # the public methods take the model's arguments too (default: the first call's)
+    locs_first = np.asarray(reused.initial_components(key)[0])
+    locs_bimodal = np.asarray(reused.initial_components(key, bimodal)[0])
+    assert np.abs(locs_first).max() < 0.5 and np.sort(np.abs(locs_bimodal[:, 0])).min() > 1.5
+
+
 def test_initialisation_compiled_once_per_prototype_with_its_options(monkeypatch):
     # SVI.init (outside any trace) compiles the initialisation with INIT_COMPILER_OPTIONS on
     # the CPU and keeps the program: a second init with another key reuses it (one entry in
@@ -279,9 +320,9 @@ def test_initialisation_compiled_once_per_prototype_with_its_options(monkeypatch
     traced = []
     original = guide.initial_components
 
-    def counting(key):  # runs once per trace, not per call of the compiled program
+    def counting(key, *args, **kwargs):  # runs once per trace, not per call of the compiled program
         traced.append(key)
-        return original(key)
+        return original(key, *args, **kwargs)
 
     guide.initial_components = counting
     first, second = init(5, guide), init(6, guide)

@@ -172,13 +172,16 @@ def _transform_to_step_scaled_unit_lower_cholesky(constraint):
 INIT_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 
 
-def _run_once(fn, args: tuple, programs: dict):
+def _run_once(fn, args: tuple, programs: dict, closed_over=()):
     """``jax.jit(fn)(*args)``, the jitted ``fn`` kept in ``programs`` (so that a later call
-    with arguments of the same shapes reuses the compiled program), compiled with
-    :data:`INIT_COMPILER_OPTIONS` where that is allowed and known: a call outside any trace
-    (JAX refuses compiler options on a nested ``jit``) on the CPU backend; an XLA that does
-    not know the options gets the defaults."""
-    top_level = jax.default_backend() == "cpu" and all(not_jax_tracer(a) for a in jax.tree_util.tree_leaves(args))
+    with arguments of the same shapes reuses the compiled program; ``fn``'s own closure is
+    the caller's to key ``programs`` by, see ``AutoGaussianMixture._programs_for``), compiled
+    with :data:`INIT_COMPILER_OPTIONS` where that is allowed and known: a call outside any
+    trace (JAX refuses compiler options on a nested ``jit``; ``args`` and the values
+    ``closed_over`` by ``fn`` all concrete) on the CPU backend; an XLA that does not know the
+    options gets the defaults."""
+    leaves = jax.tree_util.tree_leaves((args, closed_over))
+    top_level = jax.default_backend() == "cpu" and all(not_jax_tracer(a) for a in leaves)
     if top_level and "tuned" not in programs:
         try:
             programs["tuned"] = jax.jit(fn, compiler_options=INIT_COMPILER_OPTIONS)
@@ -192,6 +195,15 @@ def _run_once(fn, args: tuple, programs: dict):
                 raise
             programs["tuned"] = None
     return programs.setdefault("plain", jax.jit(fn))(*args)
+
+
+def _same_argument(a, b) -> bool:
+    """Whether two leaves of the model's arguments are the same for a compiled program that
+    holds ``a``: the same object, or equal Python scalars or strings."""
+    if a is b:
+        return True
+    scalar = (bool, int, float, complex, str)
+    return type(a) is type(b) and isinstance(a, scalar) and a == b
 
 
 def _check_full_covariance_memory(num_components: int, dim: int, dtype) -> None:
@@ -294,8 +306,10 @@ class AutoGaussianMixture(AutoContinuous):
     **Initialisation.** The ELBO is multimodal in the guide's parameters: components that
     start in the basin of the same posterior mode stay in it (only the entropy term pushes
     them apart, weakly). The default ``init_method="fits"`` therefore starts the components
-    at *different* modes, found when the parameters are first created (the guide's first
-    call, e.g. ``SVI.init``), deterministically given that call's random key:
+    at *different* modes, found when the parameters are first created (a call of the guide
+    without them, e.g. ``SVI.init``), deterministically given that call's random key, for the
+    model's arguments of that call (a guide used again with other data, e.g. ``SVI.run`` on
+    a second data set, starts from fits to those data):
 
     1. ``num_init_fits`` (``M``, default ``max(32, 16 K)``) starting points in unconstrained
        space: the ``init_loc_fn`` point, ``M // 2`` prior draws (``init_to_sample``;
@@ -627,7 +641,8 @@ class AutoGaussianMixture(AutoContinuous):
         # the compiled initialisation of this prototype (_run_once): a later SVI.init with
         # another key reuses it instead of compiling it again (2.5-3 s each on bimodal_gauss)
         self._init_programs = {}
-        # the model's arguments, for the prior draws of the starting points (_draw_start)
+        # the model's arguments of the first call: those of the initialisation when it is
+        # given none (initial_components etc. called directly; _model_args)
         self._prototype_args = (args, kwargs)
         if self.covariance == "full":
             _check_full_covariance_memory(self.num_components, self.latent_dim, jnp.result_type(self._init_latent))
@@ -647,9 +662,29 @@ class AutoGaussianMixture(AutoContinuous):
         if "_prototype_args" in state:
             self._init_programs = {}
 
-    def _draw_start(self, key, strategy):
+    def _model_args(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The model's arguments of the initialisation: those given, or where none are, those
+        of the guide's first call."""
+        return (args, kwargs) if args or kwargs else self._prototype_args
+
+    def _programs_for(self, args: tuple, kwargs: dict) -> dict:
+        """The cache of compiled initialisations (:func:`_run_once`) for these model
+        arguments: kept while a call passes the same arguments (the same array objects, equal
+        Python scalars), emptied for others, whose data the compiled programs do not hold."""
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        cached = self._init_programs.get("data")
+        if cached is None or cached[0] != treedef or not all(map(_same_argument, cached[1], leaves)):
+            self._init_programs = {"data": (treedef, leaves)}
+        return self._init_programs
+
+    def _latent_potential(self, args: tuple, kwargs: dict):
+        """The potential (minus the log joint density) as a function of the unconstrained
+        latent vector, for the model's arguments ``args``, ``kwargs``."""
+        potential = self._potential_fn_gen(*args, **kwargs)
+        return lambda z: potential(self._unpack_latent(z))
+
+    def _draw_start(self, key, strategy, args: tuple, kwargs: dict):
         """One starting point: ``strategy`` per site, in unconstrained space, ravelled."""
-        args, kwargs = self._prototype_args
         with handlers.block():
             seeded = handlers.substitute(handlers.seed(self.model, key), substitute_fn=strategy)
             tr = handlers.trace(seeded).get_trace(*args, **kwargs)
@@ -659,9 +694,11 @@ class AutoGaussianMixture(AutoContinuous):
             flat.append(jnp.reshape(biject_to(site["fn"].support).inv(site["value"]), -1))
         return jnp.concatenate(flat)
 
-    def starting_points(self, rng_key):
+    def starting_points(self, rng_key, *args, **kwargs):
         """The ``(num_init_fits, latent_dim)`` starting points of ``init_method="fits"``
-        (step 1 of the class docstring), given a key; after the guide's first call."""
+        (step 1 of the class docstring), given a key and the model's arguments (where none
+        are given, those of the guide's first call); after the guide's first call."""
+        args, kwargs = self._model_args(args, kwargs)
         M = self.num_init_fits
         dtype = jnp.result_type(self._init_latent)
         n_prior = M // 2
@@ -670,29 +707,26 @@ class AutoGaussianMixture(AutoContinuous):
         # the model's samplers (rejection loops for Gamma, Beta, Dirichlet, LKJ priors)
         # compile unbatched: compilation of these starting points 28-42% shorter, measured on
         # four models (e.g. Dirichlet + HalfNormal + LKJCholesky priors 7.2-8.8 -> 4.4-5.6 s).
-        prior = lax.map(lambda k: self._draw_start(k, init_to_sample), keys[:n_prior])
+        prior = lax.map(lambda k: self._draw_start(k, init_to_sample, args, kwargs), keys[:n_prior])
         # init_to_uniform's points, uniform in (-2, 2) in unconstrained space, drawn directly:
         # running the model for them (as for the prior draws) costs two jax.random calls per
         # site, and each call site about 40-70 ms of XLA compilation on a CPU
         uniform = prng.uniform(keys[n_prior], (M - 1 - n_prior, self.latent_dim), dtype, -2.0, 2.0)
         return jnp.concatenate([self._init_latent[None], prior, uniform]).astype(dtype)
 
-    def initial_fits(self, rng_key):
+    def initial_fits(self, rng_key, *args, **kwargs):
         """Run steps 1-3 of the class docstring: ``(locs (K, d), scales (K, d), chosen (K,),
-        fits)``, ``fits = (locs (M, d), scales (M, d), scores (M,))`` of all fits. Needs
-        the guide's prototype (its first call)."""
-        return self._fits_and_curvature(rng_key)[:4]
+        fits)``, ``fits = (locs (M, d), scales (M, d), scores (M,))`` of all fits, for the
+        model's arguments ``args``, ``kwargs`` (where none are given, those of the guide's
+        first call). Needs the guide's prototype (its first call)."""
+        return self._fits_and_curvature(rng_key, *self._model_args(args, kwargs))[:4]
 
-    def _latent_potential(self, z):
-        """The potential (minus the log joint density) at an unconstrained latent vector."""
-        return self._potential_fn(self._unpack_latent(z))
-
-    def _memory_budget(self):
+    def _memory_budget(self, potential):
         """The initialisation's :class:`~numpyro_gmm._kernels.memory.MemoryBudget`: one
-        gradient evaluation of the potential, estimated from one trace of it, against
+        gradient evaluation of ``potential``, estimated from one trace of it, against
         :data:`INIT_MEMORY_BYTES` (unbounded, with a warning, where the estimate fails)."""
         point = jnp.asarray(self._init_latent)
-        jaxpr = jax.make_jaxpr(jax.value_and_grad(self._latent_potential))(point)  # the model's errors raise here
+        jaxpr = jax.make_jaxpr(jax.value_and_grad(potential))(point)  # the model's errors raise here
         try:
             evaluation = peak_bytes(jaxpr)
         except Exception as error:  # a construct the estimate does not know: fit without the bound
@@ -701,27 +735,29 @@ class AutoGaussianMixture(AutoContinuous):
             return UNBOUNDED
         return MemoryBudget(evaluation, INIT_MEMORY_BYTES)
 
-    def _fits_and_curvature(self, rng_key):
+    def _fits_and_curvature(self, rng_key, args: tuple, kwargs: dict):
         """:meth:`initial_fits` and the lower Cholesky factors ``(K, d, d)`` of the chosen
         fits' Laplace covariances (inverse Hessians) from the Newton refinement (NaN where
         the Hessian is not positive definite; ``None`` where the refinement did not run), and
-        the memory budget the kernels used (:meth:`_memory_budget`)."""
+        the memory budget the kernels used (:meth:`_memory_budget`), for the model's
+        arguments ``args``, ``kwargs``."""
         start_key, fit_key = prng.split(rng_key)
-        starts = self.starting_points(start_key)
-        budget = self._memory_budget()
+        starts = self.starting_points(start_key, *args, **kwargs)
+        potential = self._latent_potential(args, kwargs)
+        budget = self._memory_budget(potential)
         locs, scales, scores = fit_diagonal_gaussians(
-            self._latent_potential, starts, jnp.log(self._init_scale), fit_key,
+            potential, starts, jnp.log(self._init_scale), fit_key,
             num_steps=self.init_fit_steps, learning_rate=self.init_fit_lr, num_particles=2, budget=budget,
         )
         laplace = None
         if self.init_newton_steps and self.latent_dim <= NEWTON_MAX_DIM:
             locs, scales, scores, laplace = newton_refine(
-                self._latent_potential, locs, scales,
+                potential, locs, scales,
                 num_steps=self.init_newton_steps, num_draws=NEWTON_SCORE_DRAWS, budget=budget,
             )
         chosen = choose_separated(locs, scales, scores, self.num_components, self.init_tolerance)
         return (locs[chosen], scales[chosen], chosen, (locs, scales, scores),
-                None if laplace is None else laplace[chosen], budget)
+                None if laplace is None else laplace[chosen], budget, potential)
 
     # -- parameters -----------------------------------------------------------------------
 
@@ -729,24 +765,27 @@ class AutoGaussianMixture(AutoContinuous):
         offsets = _spread_directions(self.num_components, self.latent_dim) * self._init_spread
         return self._init_latent + jnp.asarray(offsets, dtype=jnp.result_type(self._init_latent))
 
-    def initial_components(self, rng_key):
+    def initial_components(self, rng_key, *args, **kwargs):
         """``(locs (K, d), scales (K, d), scale_tril (K, d, d) or None, units (K, d))`` of the
-        initial components of ``init_method="fits"`` (steps 1-4 of the class docstring); the
-        Laplace factors only for ``covariance="full"``; ``units`` the units of the location
-        steps (``locs_unit``, see **Locations** in the class docstring). Needs the guide's
-        prototype."""
-        locs, scales, _, _, laplace, budget = self._fits_and_curvature(rng_key)
+        initial components of ``init_method="fits"`` (steps 1-4 of the class docstring) for
+        the model's arguments ``args``, ``kwargs`` (where none are given, those of the
+        guide's first call); the Laplace factors only for ``covariance="full"``; ``units`` the
+        units of the location steps (``locs_unit``, see **Locations** in the class
+        docstring). Needs the guide's prototype."""
+        args, kwargs = self._model_args(args, kwargs)
+        locs, scales, _, _, laplace, budget, potential = self._fits_and_curvature(rng_key, args, kwargs)
         units = location_units(scales, laplace)
         if self.covariance != "full":
             return locs, scales, None, units
         if laplace is not None:  # the refinement's Laplace factors at these means
             return locs, scales, laplace_or_diagonal(laplace, scales), units
-        return locs, scales, laplace_scale_tril(self._latent_potential, locs, scales, budget), units
+        return locs, scales, laplace_scale_tril(potential, locs, scales, budget), units
 
-    def _initial_values(self, rng_key):
+    def _initial_values(self, rng_key, args: tuple, kwargs: dict):
         """``(locs (K, d), scales (K, d), scale_tril, units (K, d))`` of the initial
-        components; ``scale_tril`` ``(K, d, d)`` for ``covariance="full"`` (the Laplace
-        factors of ``"fits"``, ``diag(scales)`` for ``"spread"``), ``None`` otherwise;
+        components for the model's arguments ``args``, ``kwargs`` (those of the call that
+        creates the parameters); ``scale_tril`` ``(K, d, d)`` for ``covariance="full"`` (the
+        Laplace factors of ``"fits"``, ``diag(scales)`` for ``"spread"``), ``None`` otherwise;
         ``units`` those of the location steps (1 for ``"spread"``)."""
         K, d = self.num_components, self.latent_dim
         dtype = jnp.result_type(self._init_latent)
@@ -754,8 +793,12 @@ class AutoGaussianMixture(AutoContinuous):
             locs, scales, tril = self._init_component_locs(), jnp.full((K, d), self._init_scale, dtype), None
             units = jnp.ones((K, d), dtype)
         else:
+            args, kwargs = self._model_args(args, kwargs)
+            programs = self._programs_for(args, kwargs)
             with handlers.block():  # the fits run the model: keep its sites out of outer traces
-                locs, scales, tril, units = _run_once(self.initial_components, (rng_key,), self._init_programs)
+                locs, scales, tril, units = _run_once(
+                    lambda key: self.initial_components(key, *args, **kwargs), (rng_key,), programs, (args, kwargs)
+                )
         if self.covariance == "full" and tril is None:
             tril = scales[..., None] * jnp.eye(d, dtype=scales.dtype)
         tril = None if tril is None else tril.astype(dtype)
@@ -786,14 +829,27 @@ class AutoGaussianMixture(AutoContinuous):
         g = np.random.default_rng(0).standard_normal((K, d, r)) / np.sqrt(r)
         return LOWRANK_INIT_FACTOR * scales[..., None] * jnp.asarray(g, scales.dtype)
 
-    def _get_posterior(self):
+    def _sample_latent(self, *args, **kwargs):
+        # as AutoContinuous._sample_latent, with the model's arguments of this call passed on
+        # to the initialisation (a guide called again with other data starts from the fits
+        # to those data, not to its first call's)
+        sample_shape = kwargs.pop("sample_shape", ())
+        posterior = self._get_posterior(args, kwargs)
+        return numpyro.sample(
+            f"_{self.prefix}_latent", posterior.expand_by(sample_shape), infer={"is_auxiliary": True}
+        )
+
+    def _get_posterior(self, args: tuple = (), kwargs: dict | None = None):
+        """The mixture at the parameters of the guide's call; those not yet created start
+        from the initialisation for the model's arguments ``args``, ``kwargs`` (where none
+        are given, those of the guide's first call)."""
         K = self.num_components
         dtype = jnp.result_type(self._init_latent)
         cache = []
 
         def initial(rng_key):  # computed once, at the first parameter that needs it
             if not cache:
-                cache.append(self._initial_values(rng_key))
+                cache.append(self._initial_values(rng_key, args, kwargs or {}))
             return cache[0]
 
         logits = numpyro.param(
