@@ -27,16 +27,20 @@ small preference for better scores ``S``,
 
 .. math::
 
-    \arg\min_j \Big[\ln \sum_{c \text{ chosen}} e^{-D(j, c)^2 / 4}
+    \arg\min_j \Big[\ln \sum_{c \text{ chosen}} e^{-B(j, c)}
     + \tfrac14 (S_{\max} - S_j)\Big], \qquad
-    D(j, l)^2 = \sum_i \frac{(m_{ji} - m_{li})^2}{s_{ji}^2 + s_{li}^2}
+    B(j, l) = \sum_i \frac{(m_{ji} - m_{li})^2}{4 (s_{ji}^2 + s_{li}^2)}
+    + \frac12 \ln \frac{s_{ji}^2 + s_{li}^2}{2 s_{ji} s_{li}}
 
-(``exp(-D^2 / 4)`` is the Bhattacharyya coefficient of two Gaussians of equal widths, so
-the sum counts the chosen fits that overlap ``j``; the score term, at most
-``tolerance / 4``, keeps poorly converged fits of a mode, a few ``D^2`` from its centre and
-a few nats below, from looking like the least crowded). Fits that converged to the same mode are
-at distance ``O(1)`` or less, fits in different modes at the modes' separation in units of
-their widths. While some eligible fit lies in a mode with no choice yet, the sum is
+(``B`` is the Bhattacharyya distance of the two fitted Gaussians and ``exp(-B)`` their
+Bhattacharyya coefficient, the overlap :math:`\int \sqrt{q_j q_l}` (Bhattacharyya 1943;
+Kailath, *IEEE Trans. Commun. Technol.* 15, 1967), so the sum counts the chosen fits that
+overlap ``j``; the score term, at most ``tolerance / 4``, keeps poorly converged fits of a
+mode, a few ``B`` from its centre and a few nats below, from looking like the least
+crowded). Fits that converged to the same mode are at distance ``O(1)`` or less, fits in
+different modes at the modes' separation in units of their widths, or, for a narrow mode
+inside a wide one (a spike-and-slab posterior), by the log-ratio of their widths (the
+second term: 1.96 for widths 0.01 and 1, where the first is 0.06). While some eligible fit lies in a mode with no choice yet, the sum is
 dominated by the nearest choice and the rule is in effect farthest-point selection (Gonzalez,
 *Clustering to minimize the maximum intercluster distance*, TCS 1985, under a
 Mahalanobis-type metric), so ``K`` choices land on ``K`` different modes whenever the fits
@@ -72,7 +76,10 @@ kept from the fit where ``H`` is not positive definite) and every fit is scored 
 ELBO estimate on the same ``n`` quasi-random standard normal points
 :math:`\varepsilon_i = \Phi^{-1}(u_i)`, ``u_i`` the first ``n`` scrambled Sobol' points
 (:func:`score_points`; common to all fits, and fixed: a deterministic rule, whose points are
-constants of the program rather than draws of a random-number generator).
+constants of the program rather than draws of a random-number generator). The guide refines
+its starting points the same way and offers them to the choice beside the fits: Adam's steps
+(about ``lr``) carry a fit out of a mode narrower than them (the spike of a spike-and-slab
+posterior), which Newton's steps from a start inside it find.
 """
 
 from __future__ import annotations
@@ -256,6 +263,16 @@ def _hessian_and_grad(potential_fn, columns_at_once: int):
     return hessian_and_grad
 
 
+def bhattacharyya_distance(loc_a: Array, scale_a: Array, loc_b: Array, scale_b: Array) -> Array:
+    r"""Bhattacharyya distance of diagonal Gaussians (broadcast over leading axes, summed over
+    the last): :math:`\sum_i \frac{(a_i - b_i)^2}{4 (s_i^2 + t_i^2)}
+    + \frac12 \ln \frac{s_i^2 + t_i^2}{2 s_i t_i}` (the second term 0 for equal widths,
+    ``ln`` of the ratio of the arithmetic to the geometric mean of the variances)."""
+    var = scale_a**2 + scale_b**2
+    width = 0.5 * jnp.log(0.5 * var / (scale_a * scale_b))
+    return jnp.sum(0.25 * (loc_a - loc_b) ** 2 / var + width, axis=-1)
+
+
 def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int, tolerance: float) -> Array:
     """Indices ``(num_chosen,)`` of well-separated fits (see the module docstring).
 
@@ -267,8 +284,7 @@ def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int,
     def choose_next(i, carry):
         chosen, crowding, taken = carry
         last = chosen[i - 1]
-        d2 = jnp.sum((locs - locs[last]) ** 2 / (scales**2 + scales[last] ** 2), axis=-1)
-        crowding = jnp.logaddexp(crowding, -0.25 * d2)
+        crowding = jnp.logaddexp(crowding, -bhattacharyya_distance(locs, scales, locs[last], scales[last]))
         least = jnp.where(eligible & ~taken, crowding + 0.25 * (scores[best] - scores), jnp.inf)
         # fewer eligible fits than choices: the best-scoring fit not taken yet
         fallback = jnp.argmax(jnp.where(taken, -jnp.inf, scores))
@@ -278,13 +294,13 @@ def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int,
     # one rolled loop, not num_chosen - 1 copies of its body: the program's size (and its
     # compilation) does not grow with the number of components
     chosen = jnp.zeros((num_chosen,), best.dtype).at[0].set(best)
-    crowding = jnp.full(scores.shape, -jnp.inf, locs.dtype)  # ln sum_c exp(-D(j, c)^2 / 4)
+    crowding = jnp.full(scores.shape, -jnp.inf, locs.dtype)  # ln sum_c exp(-B(j, c))
     taken = jnp.zeros(scores.shape, bool).at[best].set(True)
     chosen, _, _ = lax.fori_loop(1, num_chosen, choose_next, (chosen, crowding, taken))
     # farthest points are the extremes of their modes: replace each by the best-scoring
     # eligible fit of its cluster (the fits nearest to it among the chosen)
-    d2 = jnp.sum((locs[:, None] - locs[chosen][None]) ** 2 / (scales[:, None] ** 2 + scales[chosen][None] ** 2), -1)
-    cluster = jnp.argmin(d2, axis=1)  # (M,)
+    distance = bhattacharyya_distance(locs[:, None], scales[:, None], locs[chosen][None], scales[chosen][None])
+    cluster = jnp.argmin(distance, axis=1)  # (M,)
     member = eligible[:, None] & (cluster[:, None] == jnp.arange(num_chosen)[None])  # (M, K)
     best_member = jnp.argmax(jnp.where(member, scores[:, None], -jnp.inf), axis=0)
     return jnp.where(jnp.any(member, axis=0), best_member, chosen)
