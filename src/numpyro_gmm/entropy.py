@@ -484,6 +484,14 @@ def normalized_legendre_entropy(
     )
 
 
+def _points_per_component(num_components: int, num_points: int | None) -> int:
+    """``num_points`` checked (a positive int), or where ``None`` the default rule's for
+    ``num_components`` components (:func:`numpyro_gmm._kernels.mixing.default_num_points`)."""
+    if num_points is None:
+        return default_num_points(num_components)
+    return check_int("num_points", num_points, 1)
+
+
 def mixing_qmc_entropy(
     logits: Array,
     locs: Array,
@@ -551,7 +559,7 @@ def mixing_qmc_entropy(
       1.756
     """
     K, d, dtype = _check(logits, locs, scale_tril, scale)
-    num_points = default_num_points(K) if num_points is None else check_int("num_points", num_points, 1)
+    num_points = _points_per_component(K, num_points)
     _mixing.sobol_points(num_points, d)  # ValueError unless a power of 2 (cached)
     return _run(_mixing.mixing_qmc_entropy, logits, locs, scale_tril, scale, dtype, {"key": key}, num_points=num_points)
 
@@ -959,7 +967,7 @@ def lowrank_mixing_qmc_entropy(
     """
     K, _, _ = _check_lowrank(logits, locs, cov_factor, cov_diag)
     dtype = jnp.dtype(float_dtype(logits, locs, cov_factor, cov_diag))
-    num_points = default_num_points(K) if num_points is None else check_int("num_points", num_points, 1)
+    num_points = _points_per_component(K, num_points)
     return _lowrank_compiled(logits, locs, cov_factor, cov_diag, key, dtype=dtype, num_points=num_points)
 
 

@@ -465,24 +465,22 @@ def tril_log_prob(x: Array, loc: Array, chol: Array) -> Array:
     return -0.5 * jnp.sum(z * z, -1) - half_log_det - 0.5 * chol.shape[-1] * LOG_2PI
 
 
-def information_form(locs: Array, scale_tril: Array | None, scale: Array | None):
-    """Precision, precision-times-mean and log-determinant of each component.
+def information_form(scale_tril: Array | None, scale: Array | None):
+    """Precision and log-determinant of the covariance of each component.
 
     Args:
-      locs: ``(K, d)`` means (already centred by the caller if desired).
       scale_tril: ``(K, d, d)`` lower Cholesky factors ``L_i`` of ``Sigma_i = L_i L_i^T``,
         or ``None`` when ``scale`` is given.
       scale: ``(K, d)`` standard deviations of diagonal components, or ``None``.
 
     Returns:
-      ``(prec, h, log_det_cov)`` with ``prec`` ``(K, d, d)`` (full) or ``(K, d)``
-      (diagonal: the diagonal of the precision), ``h = prec @ mu`` ``(K, d)`` and
-      ``log|Sigma_i|`` ``(K,)``.
+      ``(prec, log_det_cov)`` with ``prec`` ``(K, d, d)`` (full) or ``(K, d)``
+      (diagonal: the diagonal of the precision) and ``log|Sigma_i|`` ``(K,)``.
     """
     if scale is not None:
         prec = 1.0 / jnp.square(scale)
-        return prec, prec * locs, 2.0 * jnp.sum(jnp.log(scale), axis=-1)
-    d = locs.shape[-1]
+        return prec, 2.0 * jnp.sum(jnp.log(scale), axis=-1)
+    d = scale_tril.shape[-1]
     if d <= UNROLL_MAX_DIM:
         # L^-1 by unrolled forward substitution (elementwise over the batch).
         inv = [[None] * d for _ in range(d)]
@@ -498,7 +496,7 @@ def information_form(locs: Array, scale_tril: Array | None, scale: Array | None)
     prec = jnp.swapaxes(l_inv, -1, -2) @ l_inv  # Sigma^-1 = L^-T L^-1
     # Symmetrise: the two triangles come out of the product with different rounding.
     prec = 0.5 * (prec + jnp.swapaxes(prec, -1, -2))
-    return prec, jnp.einsum("kij,kj->ki", prec, locs), _chol_logdet(scale_tril)
+    return prec, _chol_logdet(scale_tril)
 
 
 def _looped_logdet_and_quad(prec: Array, eta: Array):

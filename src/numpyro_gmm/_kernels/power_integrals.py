@@ -682,7 +682,7 @@ def log_moments(
     K_a = sched.K_a
 
     locs, scale_tril, scale, log_jac = _whiten(locs, scale_tril, scale)
-    prec, _, log_det_cov = information_form(locs, scale_tril, scale)
+    prec, log_det_cov = information_form(scale_tril, scale)
     mixed = _mixed(d, diagonal)
     if not diagonal:
         # L_i^-1: the within-half spread as |L_i^-1 (mu_i - mbar)|^2, a sum of squares (the
