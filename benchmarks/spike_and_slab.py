@@ -43,6 +43,8 @@ CASES = [
     ("1-D, slab mass 0.42", 1, 0.01, 10.0, 2.0),
     ("3-D, slab mass 0.004", 3, 0.01, 10.0, 1.0),
     ("5-D, spike mass 0.5", 5, 0.01, 10.0, 2.15),
+    # beyond NEWTON_MAX_DIM = 100 the initialisation has no Newton refinement
+    ("150-D, spike mass 0.95", 150, 0.01, 10.0, 2.15),
 ]
 
 
