@@ -351,12 +351,18 @@ def test_initialisation_fits_the_data_of_the_call_that_creates_the_parameters():
     locs = np.sort(guide_locs(again)[:, 0])
     np.testing.assert_allclose(locs, [-2.0, 2.0], atol=0.1)
     # the compiled initialisation is kept for the same data, replaced for other data
-    assert reused._init_programs["data"][1][0] is bimodal
+    assert reused._init_programs["data"][1][0][1] is bimodal
     programs = reused._init_programs
     init(reused, bimodal)
     assert reused._init_programs is programs
     init(reused, unimodal)
     assert reused._init_programs is not programs
+    # NumPy data changed in place between two calls are other data (the compiled program
+    # holds the first call's values): fits to the new values
+    data = np.array(unimodal)
+    assert np.abs(guide_locs(init(reused, data))).max() < 0.5
+    data[:] = np.asarray(bimodal)
+    np.testing.assert_allclose(np.sort(guide_locs(init(reused, data))[:, 0]), [-2.0, 2.0], atol=0.1)
     # the public methods take the model's arguments too (default: the first call's)
     locs_first = np.asarray(reused.initial_components(key)[0])
     locs_bimodal = np.asarray(reused.initial_components(key, bimodal)[0])

@@ -3,6 +3,7 @@ is a Gaussian mixture."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import warnings
 
@@ -197,13 +198,24 @@ def _run_once(fn, args: tuple, programs: dict, closed_over=()):
     return programs.setdefault("plain", jax.jit(fn))(*args)
 
 
-def _same_argument(a, b) -> bool:
-    """Whether two leaves of the model's arguments are the same for a compiled program that
-    holds ``a``: the same object, or equal Python scalars or strings."""
-    if a is b:
-        return True
-    scalar = (bool, int, float, complex, str)
-    return type(a) is type(b) and isinstance(a, scalar) and a == b
+def _argument_token(leaf) -> tuple:
+    """What identifies a leaf of the model's arguments for a compiled program that closes over
+    it: a NumPy array by its shape, dtype and a digest of its bytes (it may be changed in
+    place between calls), a Python scalar or string by its value, anything else (JAX arrays,
+    which are immutable) by the object itself (:func:`_same_tokens`)."""
+    if isinstance(leaf, np.ndarray):
+        digest = hashlib.blake2b(np.ascontiguousarray(leaf).tobytes(), digest_size=16).digest()
+        return ("numpy", leaf.shape, leaf.dtype.str, digest)
+    if isinstance(leaf, (bool, int, float, complex, str)):
+        return ("scalar", type(leaf), leaf)
+    return ("object", leaf)
+
+
+def _same_tokens(a: list, b: list) -> bool:
+    """Whether two lists of :func:`_argument_token` are of the same arguments."""
+    if len(a) != len(b):
+        return False
+    return all(x[0] == y[0] and (x[1] is y[1] if x[0] == "object" else x == y) for x, y in zip(a, b))
 
 
 def _check_full_covariance_memory(num_components: int, dim: int, dtype) -> None:
@@ -685,12 +697,14 @@ class AutoGaussianMixture(AutoContinuous):
 
     def _programs_for(self, args: tuple, kwargs: dict) -> dict:
         """The cache of compiled initialisations (:func:`_run_once`) for these model
-        arguments: kept while a call passes the same arguments (the same array objects, equal
-        Python scalars), emptied for others, whose data the compiled programs do not hold."""
+        arguments: kept while a call passes the same arguments (the same JAX arrays, NumPy
+        arrays of the same contents, equal Python scalars; :func:`_argument_token`), emptied
+        for others, whose data the compiled programs do not hold."""
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        tokens = [_argument_token(leaf) for leaf in leaves]
         cached = self._init_programs.get("data")
-        if cached is None or cached[0] != treedef or not all(map(_same_argument, cached[1], leaves)):
-            self._init_programs = {"data": (treedef, leaves)}
+        if cached is None or cached[0] != treedef or not _same_tokens(cached[1], tokens):
+            self._init_programs = {"data": (treedef, tokens)}
         return self._init_programs
 
     def _latent_potential(self, args: tuple, kwargs: dict):
