@@ -554,4 +554,3 @@ class TraceEntropy_ELBO(ELBO):
             keys = prng.split(rng_key, self.num_particles)
             elbo = jnp.mean(self.vectorize_particles_fn(single_particle_elbo, keys))
         return {"loss": -elbo, "mutable_state": None}
-

@@ -741,4 +741,3 @@ def zeroed_unless_finite(x: Array, *sizes: Array) -> tuple[Array, Array]:
         finite = finite & jnp.isfinite(size)
     far = lax.stop_gradient(~finite)
     return jnp.where(far.reshape(far.shape + (1,) * (x.ndim - far.ndim)), 0.0, x), far
-
