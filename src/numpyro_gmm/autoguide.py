@@ -25,9 +25,11 @@ from ._kernels import prng
 from ._kernels.init_fits import (
     choose_separated,
     fit_diagonal_gaussians,
+    is_factor,
     laplace_or_diagonal,
     laplace_scale_tril,
     location_units,
+    newton_cg_refine,
     newton_refine,
 )
 from ._kernels.memory import UNBOUNDED, MemoryBudget, peak_bytes
@@ -45,6 +47,10 @@ _INIT_METHODS = ("fits", "spread")
 #: Largest ``latent_dim`` whose initial fits are refined by Newton steps (each costs, per
 #: fit, ``latent_dim`` Hessian-vector products and a ``latent_dim``-square factorisation).
 NEWTON_MAX_DIM = 100
+#: Largest ``latent_dim`` whose initial fits are refined by Newton-CG steps beyond
+#: :data:`NEWTON_MAX_DIM` (one Hessian, at the best fit, and per fit and step up to
+#: 16 Hessian-vector products and as many products with a ``latent_dim``-square matrix).
+NEWTON_CG_MAX_DIM = 1000
 #: Quasi-random normal points, common to all fits, of the refined fits' ELBO scores (a power of 2).
 NEWTON_SCORE_DRAWS = 64
 #: Estimated working memory (bytes) of the initialisation's batched evaluations of the log
@@ -783,19 +789,23 @@ class AutoGaussianMixture(AutoContinuous):
             potential, starts, jnp.log(self._init_scale), fit_key,
             num_steps=self.init_fit_steps, learning_rate=self.init_fit_lr, num_particles=2, budget=budget,
         )
-        laplace = None
-        if self.init_newton_steps and self.latent_dim <= NEWTON_MAX_DIM:
+        laplace = at_mode = None
+        if self.init_newton_steps and self.latent_dim <= NEWTON_CG_MAX_DIM:
             # the starting points are candidates too: a fit does not stay in a mode narrower
             # than Adam's steps, which Newton's steps from a start inside it find
             locs = jnp.concatenate([locs, starts])
             scales = jnp.concatenate([scales, jnp.full_like(starts, self._init_scale)])
-            locs, scales, scores, laplace = newton_refine(
-                potential, locs, scales,
-                num_steps=self.init_newton_steps, num_draws=NEWTON_SCORE_DRAWS, budget=budget,
-            )
+            options = dict(num_steps=self.init_newton_steps, num_draws=NEWTON_SCORE_DRAWS, budget=budget)
+            if self.latent_dim <= NEWTON_MAX_DIM:
+                locs, scales, scores, laplace = newton_refine(potential, locs, scales, **options)
+                at_mode = is_factor(laplace)
+            else:  # preconditioned by the Hessian at the best fit's mean
+                locs, scales, scores, at_mode = newton_cg_refine(
+                    potential, locs, scales, jnp.argmax(scores), **options)
         chosen = choose_separated(locs, scales, scores, self.num_components, self.init_tolerance)
         return (locs[chosen], scales[chosen], chosen, (locs, scales, scores),
-                None if laplace is None else laplace[chosen], budget, potential)
+                None if laplace is None else laplace[chosen], None if at_mode is None else at_mode[chosen],
+                budget, potential)
 
     # -- parameters -----------------------------------------------------------------------
 
@@ -811,13 +821,17 @@ class AutoGaussianMixture(AutoContinuous):
         units of the location steps (``locs_unit``, see **Locations** in the class
         docstring). Needs the guide's prototype."""
         args, kwargs = self._model_args(args, kwargs)
-        locs, scales, _, _, laplace, budget, potential = self._fits_and_curvature(rng_key, args, kwargs)
-        units = location_units(scales, laplace)
+        locs, scales, _, _, laplace, at_mode, budget, potential = self._fits_and_curvature(rng_key, args, kwargs)
+        units = location_units(scales, at_mode)
         if self.covariance != "full":
             return locs, scales, None, units
         if laplace is not None:  # the refinement's Laplace factors at these means
             return locs, scales, laplace_or_diagonal(laplace, scales), units
-        return locs, scales, laplace_scale_tril(potential, locs, scales, budget), units
+        tril = laplace_scale_tril(potential, locs, scales, budget)
+        if at_mode is not None:  # Newton-CG: the Laplace covariance only at a certified mode
+            diagonal = scales[..., None] * jnp.eye(self.latent_dim, dtype=tril.dtype)
+            tril = jnp.where(at_mode[:, None, None], tril, diagonal)
+        return locs, scales, tril, units
 
     def _initial_values(self, rng_key, args: tuple, kwargs: dict):
         """``(locs (K, d), scales (K, d), scale_tril, units (K, d))`` of the initial

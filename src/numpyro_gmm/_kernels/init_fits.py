@@ -204,16 +204,11 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
         h, g = hessian_and_grad(m)
         h = 0.5 * (h + h.T)
         factor = cholesky_of_inverse(h)  # LAPACK-free: NaN where not PD
-        return g, h, factor, _is_factor(factor)
+        return g, h, factor, is_factor(factor)
 
     def body(_, state):  # one fit: apply the pending step (line search), then plan the next
         m, u, step, _h, _factor, _ok = state
-        trial = m + lengths[:, None] * step
-        u_trial = jax.vmap(potential_fn)(trial)
-        better = jnp.isfinite(u_trial) & (u_trial <= u)
-        first = jnp.argmax(better)
-        m = jnp.where(better[first], trial[first], m)
-        u = jnp.where(better[first], u_trial[first], u)
+        m, u = _line_search(potential_fn, m, u, step, lengths)
         g, h, factor, ok = curvature(m)
         # H^-1 g = S S^T g; zero where H is not PD (S NaN) or g not finite
         step = jnp.where(ok & jnp.all(jnp.isfinite(g)), -(factor @ (factor.T @ g)), 0.0)
@@ -230,18 +225,188 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
         return m, diag, factor, ok
 
     fits_at_once = budget.batch(max(len(NEWTON_STEP_LENGTHS), 2 * columns_at_once), M)
-    points_at_once = budget.batch(1, num_draws)
-    scores_at_once = budget.batch(num_draws, M) if points_at_once == num_draws else 1
     locs, diag, factors, ok = map_batched(refine, fits_at_once, locs)
     scales = jnp.where(ok[:, None], lax.rsqrt(jnp.where(ok[:, None], diag, 1.0)), scales)
-    eps = jnp.asarray(score_points(num_draws, d), dtype)
+    return locs, scales, _scores(potential_fn, locs, scales, num_draws, budget), factors
+
+
+#: Conjugate-gradient iterations per step of :func:`newton_cg_refine` (Hessian-vector
+#: products; fewer where the residual reaches :data:`CG_TOLERANCE` sooner).
+CG_ITERATIONS = 16
+#: Relative residual (in the preconditioner's norm) at which the conjugate gradients stop.
+CG_TOLERANCE = 0.01
+#: Rademacher probes of :func:`newton_cg_refine`'s estimate of the Hessians' diagonals.
+DIAGONAL_PROBES = 16
+
+
+@lru_cache(maxsize=16)
+def rademacher_probes(num_probes: int, d: int) -> np.ndarray:
+    """``(P, d)`` float64 signs ``+-1``, fixed (a NumPy generator of seed 0: constants of the
+    program, as :func:`score_points` are); read-only."""
+    signs = np.where(np.random.default_rng(0).random((num_probes, d)) < 0.5, -1.0, 1.0)
+    signs.setflags(write=False)
+    return signs
+
+
+def conjugate_gradient(hvp, g: Array, precondition, num_iterations: int, tolerance: float):
+    r"""``(x, converged)``: ``x`` approximately solves ``H x = -g`` (``hvp(v) = H v``) by
+    preconditioned conjugate gradients from ``x = 0`` (``precondition(r) = P r``, ``P``
+    symmetric positive definite, ideally near ``H^-1``; Nocedal and Wright, *Numerical
+    optimization*, 2006, alg. 5.3), stopped when the residual ``r`` satisfies
+    ``r^T P r <= tolerance^2 g^T P g`` (``converged``) or at a direction ``p`` with
+    ``p^T H p <= 0``, keeping the iterate before it (Steihaug's truncation, ibid. alg. 7.1);
+    where that happens at the first direction, ``x = -P g``, the preconditioned steepest
+    descent. At most ``num_iterations`` products ``H v``, a fixed count (a ``fori_loop``
+    whose later passes change nothing once stopped)."""
+    r = -g
+    z = precondition(r)
+    rz = r @ z
+    target = tolerance**2 * rz
+    converged = rz <= 0.0  # g = 0: x = 0 solves it
+
+    def body(_, state):
+        x, r, p, rz, done, converged = state
+        hp = hvp(p)
+        curvature = p @ hp
+        go = ~done & (curvature > 0) & jnp.isfinite(curvature)
+        alpha = jnp.where(go, rz / jnp.where(go, curvature, 1.0), 0.0)
+        x_new = x + alpha * p
+        r_new = r - alpha * hp
+        z = precondition(r_new)
+        rz_new = r_new @ z
+        reached = rz_new <= target
+        p_new = z + rz_new / jnp.where(rz > 0, rz, 1.0) * p
+        x, r, p, rz = (jnp.where(go, new, old) for new, old in ((x_new, x), (r_new, r), (p_new, p), (rz_new, rz)))
+        return x, r, p, rz, done | ~go | reached, converged | (go & reached)
+
+    state = (jnp.zeros_like(g), r, z, rz, converged, converged)
+    x, _, _, _, _, converged = lax.fori_loop(0, num_iterations, body, state)
+    stalled = ~converged & jnp.all(x == 0)
+    return jnp.where(stalled, -precondition(g), x), converged
+
+
+def newton_cg_refine(potential_fn, locs: Array, scales: Array, reference: Array, *, num_steps: int,
+                     num_draws: int, budget: MemoryBudget = UNBOUNDED, cg_iterations: int = CG_ITERATIONS,
+                     num_probes: int = DIAGONAL_PROBES):
+    r"""Newton-CG refinement of ``M`` fits, their scales and scores: :func:`newton_refine`
+    where ``d`` Hessian-vector products per fit and step cost too much.
+
+    One Hessian is formed, :math:`H_0 = 
+abla^2 U(m_0)` at ``reference`` (``m_0``, the best
+    fit's mean; ``d`` Hessian-vector products once), with the lower Cholesky factor ``S``
+    of its inverse (:func:`laplace_or_diagonal`: ``diag(scales[0])`` where :math:`H_0` is
+    not positive definite; the caller puts the reference fit first). Each step
+    of each fit solves ``H s = -g`` approximately by :func:`conjugate_gradient` (at most
+    ``cg_iterations`` Hessian-vector products), preconditioned by ``P = S S^T``
+    (:math:`H_0^{-1}`), then takes the line search of :func:`newton_refine` along ``s``
+    (truncated Newton: Nocedal and Wright, *Numerical optimization*, 2006, sec. 7.1). Where
+    the fit's Hessian is :math:`H_0` (a Gaussian part of the posterior, whatever its
+    correlations and scales) the conjugate gradients converge in one iteration and the step
+    is Newton's; elsewhere they correct for the difference. At the final mean ``m``:
+
+    * ``at_mode``: the conjugate gradients converged there and the Newton decrement
+      ``g^T H^{-1} g`` (approximately ``-g^T s``; the squared Mahalanobis distance from
+      ``m`` to the mode of the local quadratic model) is at most 1;
+    * the diagonal of ``H``, estimated from ``num_probes`` fixed Rademacher probes ``z``
+      (Hutchinson, *Commun. Stat. Simul. Comput.* 18, 1989; Bekas, Kokiopoulou and Saad,
+      *Appl. Numer. Math.* 57, 2007) with :math:`H_0` as control variate,
+      :math:`\hat h = \operatorname{diag}(H_0) + rac1P \sum_p z_p \odot (H - H_0) z_p`:
+      exact where :math:`H - H_0` is diagonal (a Gaussian part: :math:`H = H_0`; a narrow
+      isotropic mode), with error :math:`\sqrt{\sum_{j 
+e i} (H - H_0)_{ij}^2 / P}` in
+      coordinate ``i`` otherwise.
+
+    Each fit is then scored (on the points of :func:`score_points`) in three versions, and
+    keeps the best: as given (mean and scales), and at the refined mean with its own scales
+    and with the mean-field scales ``1 / sqrt(h_i)`` (its own where ``h_i <= 0``). The
+    refined mean is a mode of the posterior density, which for a skewed posterior is not
+    the best mean for a Gaussian: on a logistic regression with ``d = 200`` (1000 rows,
+    covariates on scales ``10^-1 .. 10``) the refined means scored 26 nats below the ADVI
+    fits' and the guide ended 7 nats lower after 3000 steps, before the given versions were
+    kept; on a centred hierarchical model (150 groups) the refinement went down the funnel.
+    ``at_mode`` is false where the given version is kept (on ties the refined one is).
+
+    :param potential_fn: ``(d,) -> ()``, minus the log joint density.
+    :param locs: ``(M, d)``; :param scales: ``(M, d)`` the fits' standard deviations.
+    :param reference: ``()`` integer, the fit whose mean is the point of :math:`H_0`.
+    :param budget: working memory (:mod:`.memory`: a Hessian-vector product counted as two
+        gradients).
+    :return: ``(locs (M, d), scales (M, d), scores (M,), at_mode (M,))``.
+
+    Cost: ``d`` Hessian-vector products and a ``d x d`` factorisation once; per fit
+    ``(num_steps + 1) * cg_iterations + num_probes`` Hessian-vector products and as many
+    products with ``S`` and ``S^T`` (``O(d^2)`` each), ``6 num_steps`` log densities (line
+    search) and ``2 num_draws`` (scores).
+    """
+    M, d = locs.shape
+    dtype = locs.dtype
+    lengths = jnp.asarray(NEWTON_STEP_LENGTHS, dtype)
+    probes = jnp.asarray(rademacher_probes(num_probes, d), dtype)
+    gradient = jax.grad(potential_fn)
+
+    columns_at_once = budget.batch(2, d)
+    h0, _ = _hessian_and_grad(potential_fn, columns_at_once)(locs[reference])
+    h0 = 0.5 * (h0 + h0.T)
+    factor = laplace_or_diagonal(cholesky_of_inverse(h0), scales[reference])
+
+    def precondition(r):
+        return factor @ (factor.T @ r)
+
+    def refine(m):
+        def body(_, state):  # apply the pending step (line search), then plan the next
+            m, u, step, _ = state
+            m, u = _line_search(potential_fn, m, u, step, lengths)
+            g, hvp = jax.linearize(gradient, m)
+            x, converged = conjugate_gradient(hvp, g, precondition, cg_iterations, CG_TOLERANCE)
+            finite = jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(x))
+            return m, u, jnp.where(finite, x, 0.0), finite & converged & (-(g @ x) <= 1.0)
+
+        state = (m, jnp.array(jnp.inf, dtype), jnp.zeros_like(m), jnp.array(False))
+        m, _, _, at_mode = lax.fori_loop(0, num_steps + 1, body, state)
+        _, hvp = jax.linearize(gradient, m)
+        difference = jax.vmap(hvp)(probes) - probes @ h0  # (H - H0) z_p (h0 symmetric)
+        return m, jnp.diagonal(h0) + jnp.mean(probes * difference, axis=0), at_mode
+
+    fits_at_once = budget.batch(max(len(NEWTON_STEP_LENGTHS), 2 * num_probes), M)
+    refined, diag, at_mode = map_batched(refine, fits_at_once, locs)
+    curved = jnp.isfinite(diag) & (diag > 0)
+    diagonal_scales = jnp.where(curved, lax.rsqrt(jnp.where(curved, diag, 1.0)), scales)
+    # the three versions of each fit scored in one batch (one trace of the potential)
+    versions_locs = jnp.stack([refined, refined, locs])  # (3, M, d)
+    versions_scales = jnp.stack([scales, diagonal_scales, scales])
+    versions = _scores(potential_fn, versions_locs.reshape(3 * M, d), versions_scales.reshape(3 * M, d),
+                       num_draws, budget).reshape(3, M)
+    best = jnp.argmax(versions, axis=0)  # ties: the earlier version (refined before given)
+    pick = lambda v: jnp.take_along_axis(v, best[None, :, None], axis=0)[0]  # noqa: E731
+    return pick(versions_locs), pick(versions_scales), jnp.max(versions, axis=0), at_mode & (best < 2)
+
+
+def _line_search(potential_fn, m: Array, u: Array, step: Array, lengths: Array):
+    """``(m, U(m))`` after the step ``m + t * step`` with the largest ``t`` of ``lengths``
+    (largest first) whose potential is finite and not above ``u = U(m)``; unchanged where
+    none is."""
+    trial = m + lengths[:, None] * step
+    u_trial = jax.vmap(potential_fn)(trial)
+    better = jnp.isfinite(u_trial) & (u_trial <= u)
+    first = jnp.argmax(better)
+    return jnp.where(better[first], trial[first], m), jnp.where(better[first], u_trial[first], u)
+
+
+def _scores(potential_fn, locs: Array, scales: Array, num_draws: int, budget: MemoryBudget) -> Array:
+    """``(M,)`` ELBO estimates of the fits ``N(locs, diag(scales^2))`` on the common points
+    :func:`score_points` (without the constant ``d/2 (1 + ln 2 pi)``; ``-inf`` where not
+    finite)."""
+    M, d = locs.shape
+    points_at_once = budget.batch(1, num_draws)
+    scores_at_once = budget.batch(num_draws, M) if points_at_once == num_draws else 1
+    eps = jnp.asarray(score_points(num_draws, d), locs.dtype)
 
     def score(m, s):
         u = map_batched(potential_fn, points_at_once, m + s * eps)
         value = -jnp.mean(u) + jnp.sum(jnp.log(s))
         return jnp.where(jnp.isfinite(value), value, -jnp.inf)
 
-    return locs, scales, map_batched(score, scores_at_once, locs, scales), factors
+    return map_batched(score, scores_at_once, locs, scales)
 
 
 def _hessian_and_grad(potential_fn, columns_at_once: int):
@@ -336,7 +501,7 @@ def laplace_scale_tril(potential_fn, locs: Array, scales: Array, budget: MemoryB
     return laplace_or_diagonal(cholesky_of_inverse(0.5 * (hessians + jnp.swapaxes(hessians, -1, -2))), scales)
 
 
-def _is_factor(factor: Array) -> Array:
+def is_factor(factor: Array) -> Array:
     """Whether ``factor (..., d, d)`` is a Cholesky factor: finite with a positive diagonal."""
     finite = jnp.all(jnp.isfinite(factor), axis=(-2, -1))
     return finite & jnp.all(jnp.diagonal(factor, axis1=-2, axis2=-1) > 0, axis=-1)
@@ -347,17 +512,18 @@ def laplace_or_diagonal(factors: Array, scales: Array) -> Array:
     was not positive definite), ``diag(scales_k)`` where they are not Cholesky factors (see
     :func:`laplace_scale_tril`)."""
     diagonal = scales[..., None] * jnp.eye(factors.shape[-1], dtype=factors.dtype)
-    return jnp.where(_is_factor(factors)[..., None, None], factors, diagonal)
+    return jnp.where(is_factor(factors)[..., None, None], factors, diagonal)
 
 
-def location_units(scales: Array, factors: Array | None) -> Array:
+def location_units(scales: Array, at_mode: Array | None) -> Array:
     """``(K, d)`` units of the components' location steps (AutoGaussianMixture's
     ``locs = locs_origin + locs_unit * locs_offset``): the refined standard deviations
-    ``1 / sqrt(H_ii)`` where the Newton refinement ran and its Hessian at the mean is positive
-    definite (``factors`` of :func:`newton_refine`, NaN elsewhere), 1 elsewhere, and 1
-    everywhere without the refinement (``factors`` ``None``). Only a refined fit's mean is at
-    a mode, so that only there is a step of a fraction of a standard deviation the right size;
+    ``scales`` where the refinement certified a mode (``at_mode (K,)``: the Hessian positive
+    definite at the mean after :func:`newton_refine`, see :func:`is_factor`; the Newton
+    decrement at most 1 after :func:`newton_cg_refine`), 1 elsewhere, and 1 everywhere
+    without the refinement (``at_mode`` ``None``). Only a refined fit's mean is at a mode, so
+    that only there is a step of a fraction of a standard deviation the right size;
     elsewhere the mean may still have far to go."""
-    if factors is None:
+    if at_mode is None:
         return jnp.ones_like(scales)
-    return jnp.where(_is_factor(factors)[:, None], scales, jnp.ones_like(scales))
+    return jnp.where(at_mode[:, None], scales, jnp.ones_like(scales))
