@@ -360,7 +360,24 @@ class AutoGaussianMixture(AutoContinuous):
        starting points that prior draws put on the spike find it by Newton's steps, and now
        every seed starts on both (the fit exact: within 0.0003 nats of the evidence in 10 of
        10 seeds, against 2 of 10 before this and the distance below;
-       ``benchmarks/spike_and_slab.py``, docs/posteriors.md);
+       ``benchmarks/spike_and_slab.py``, docs/posteriors.md). For
+       ``NEWTON_MAX_DIM < latent_dim <= NEWTON_CG_MAX_DIM`` (1000), where ``latent_dim``
+       Hessian-vector products per fit and step cost too much, the refinement takes up to
+       ``init_newton_steps`` Newton-CG steps instead: one Hessian, at the best fit's mean,
+       preconditions the conjugate gradients of every fit's steps (so a Gaussian part of the
+       posterior is again solved in one step, whatever its correlations and scales), the
+       standard deviations come from Hutchinson probes of the Hessian's diagonal with that
+       Hessian as control variate, and each fit keeps whichever of its given and refined
+       versions scores better (:func:`numpyro_gmm._kernels.init_fits.newton_cg_refine`; the
+       mode is not the best Gaussian mean of a skewed posterior: on a ``d = 200`` logistic
+       regression the refined means scored 26 nats below the fits'). On a ``d = 150``
+       regression with covariates on scales ``0.1 .. 300`` (posterior standard deviations
+       ``3e-4 .. 0.6``) the fits ended a median 35 standard deviations from the posterior
+       mean with scales up to 290 times too wide, and the guide started about ``10^6`` nats
+       below the evidence and ended 23-76 below after 3000 steps; now it starts 0.0006 below
+       and ends 0.06-0.09 below (the optimiser's noise; ``benchmarks/high_dim_init.py``,
+       docs/posteriors.md), and the 150-D spike above is found (0.04 nats below the evidence
+       after 3000 steps, 2.99 before);
     3. among the fits (with the refinement: and the refined starting points) whose ELBO (the
        refined score; without the refinement the mean over their last half of steps) is
        within ``init_tolerance`` nats of the best, a greedy choice of ``K`` fits, starting
@@ -383,16 +400,20 @@ class AutoGaussianMixture(AutoContinuous):
        with the Laplace covariance there, ``scale_tril = chol((grad^2 U(m_k))^-1)`` (``U``
        the potential; exact for Gaussian parts of the posterior, with their correlations,
        which the diagonal fits lack; ``diag(s)`` where the Hessian is not positive
-       definite; ``latent_dim`` gradient evaluations per component, see
+       definite, and after the Newton-CG refinement where no mode was certified, since a
+       Laplace covariance away from a mode can put mass where the density vanishes;
+       ``latent_dim`` gradient evaluations per component, see
        :func:`numpyro_gmm._kernels.init_fits.laplace_scale_tril`), otherwise with the
        fit's standard deviations ``s`` (``scale = s``; ``cov_diag = s^2`` for
        ``covariance="lowrank"``); the weights start equal.
 
     **Locations.** Component ``k``'s mean is ``locs_origin + locs_unit * locs_offset``
     (per coordinate), and only the offset is optimised: the origin is the initial mean and the
-    unit, where the Newton refinement of step 2 certified a mode (its Hessian there positive
-    definite), the refined standard deviation ``1 / sqrt(H_ii)``, else 1 (``"spread"``,
-    ``latent_dim > NEWTON_MAX_DIM``, ``init_newton_steps=0``, a fit at a saddle); neither
+    unit, where the refinement of step 2 certified a mode (Newton: its Hessian there positive
+    definite; Newton-CG: the conjugate gradients converged and the Newton decrement
+    ``g^T H^-1 g`` is at most 1), the refined standard deviation, else 1 (``"spread"``,
+    ``latent_dim > NEWTON_CG_MAX_DIM``, ``init_newton_steps=0``, a fit at a saddle, a fit
+    kept unrefined); neither
     gets a gradient, so an optimiser leaves them where they start. Weight decay does move
     parameters without a gradient, so they are held in place twice over: their unconstrained
     values are ``2^32`` times their values (``FROZEN_STEP_SCALE``), so a decay added to the
@@ -421,10 +442,11 @@ class AutoGaussianMixture(AutoContinuous):
     of scales ``1e-2 .. 1e3``, standard deviations ``1.4e-4 .. 8.4``: 0.43 -> 0.00; a location
     with posterior standard deviation ``1e-7``, float32, after 2000 steps: mean 4,910 standard
     deviations off and standard deviation 5,850 times too large, now within 1e-5 and 1e-6). Where the
-    refinement has not run the mean may still be far from its mode, so the unit stays 1:
+    refinement has not certified a mode the mean may still be far from it, so the unit stays 1:
     with the fits' own standard deviations as units instead, a ``d = 150`` regression
-    (standard deviations ``8e-4 .. 0.85``, started 10,131 nats below the evidence) ended
-    390 nats below it after 3000 steps, against 4.7-5.8 with unit steps.
+    (standard deviations ``8e-4 .. 0.85``, started 10,131 nats below the evidence, before the
+    Newton-CG refinement) ended 390 nats below it after 3000 steps, against 4.7-5.8 with unit
+    steps.
 
     **Weights.** The logits are optimised through ``logits = weight_step_scale * u``
     (``u`` the unconstrained parameter; ``svi.get_params`` returns the logits), so an
@@ -494,7 +516,14 @@ class AutoGaussianMixture(AutoContinuous):
     logistic regression with ``10^4`` rows, ``K = 2``: 0.4 s at ``d = 20`` and 1.1 s at
     ``d = 100`` beside the fits' 0.9 and 1.2 s, about half of it for the starting points;
     compilation of the initialisation about 1.5-2.5 s longer, measured on
-    the ``iris`` and ``d50`` models of ``benchmarks/posteriors.py``), plus one compilation of the fits, which
+    the ``iris`` and ``d50`` models of ``benchmarks/posteriors.py``); beyond
+    ``NEWTON_MAX_DIM`` the Newton-CG refinement instead costs one Hessian (``latent_dim``
+    gradient evaluations) and, per fit, at most ``(init_newton_steps + 1) * 16 + 16``
+    Hessian-vector products, as many ``d x d`` matrix-vector products and ``6 *
+    init_newton_steps + 192`` log densities (run time on the regressions of
+    ``benchmarks/high_dim_init.py`` (``2 d`` rows; ``K = 2``, ``covariance="full"``): 0.08 -> 0.15 s
+    at ``d = 150``, 1.05 -> 2.46 s at ``d = 1000``; compilation 2.7-3.7 s longer); plus one
+    compilation of the fits, which
     dominates for small models (25 s for a scalar model on a heavily loaded 2-core
     machine, where compiling one ``TraceEntropy_ELBO`` update took 48 s). That compilation
     happens once per guide object: a later ``SVI.init`` (or ``SVI.run``) with another key
@@ -590,7 +619,8 @@ class AutoGaussianMixture(AutoContinuous):
     :param float init_fit_lr: initial learning rate of the fits, ``> 0`` (default 0.05).
     :param float init_tolerance: ELBO window of the eligible fits in nats, ``> 0`` (default 6).
     :param int init_newton_steps: Newton steps refining each fit, ``>= 0`` (default 8; 0 turns
-        the refinement off; it runs only for ``latent_dim <= NEWTON_MAX_DIM``), see above.
+        the refinement off; Newton-CG steps for ``NEWTON_MAX_DIM < latent_dim <=
+        NEWTON_CG_MAX_DIM``, none beyond), see above.
     :param float init_spread: for ``"spread"``: root-mean-square distance of the initial
         component means from the initial location, ``>= 0``; default ``3 * init_scale``.
     :param float weight_step_scale: ``> 0``; relative speed of the logits under an

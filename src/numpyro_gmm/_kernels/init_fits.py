@@ -80,6 +80,17 @@ constants of the program rather than draws of a random-number generator). The gu
 its starting points the same way and offers them to the choice beside the fits: Adam's steps
 (about ``lr``) carry a fit out of a mode narrower than them (the spike of a spike-and-slab
 posterior), which Newton's steps from a start inside it find.
+
+**Newton-CG refinement** (:func:`newton_cg_refine`, for the guide's
+``NEWTON_MAX_DIM < d <= NEWTON_CG_MAX_DIM``). Forming each fit's Hessian costs ``d``
+Hessian-vector products per step; instead each step solves the Newton system by conjugate
+gradients (:func:`conjugate_gradient`, at most :data:`CG_ITERATIONS` products) preconditioned
+by the inverse of one Hessian, formed once at the best fit's mean, so that a Gaussian part of
+the posterior is solved in one step whatever its correlations and scales; the same line
+search keeps ``U`` from rising. Standard deviations come from Hutchinson's estimate of the
+Hessian's diagonal with the formed Hessian as control variate, and each fit keeps whichever of
+its given and refined versions scores better (a mode is not the best Gaussian mean of a
+skewed posterior).
 """
 
 from __future__ import annotations
@@ -291,12 +302,11 @@ def newton_cg_refine(potential_fn, locs: Array, scales: Array, reference: Array,
     r"""Newton-CG refinement of ``M`` fits, their scales and scores: :func:`newton_refine`
     where ``d`` Hessian-vector products per fit and step cost too much.
 
-    One Hessian is formed, :math:`H_0 = 
-abla^2 U(m_0)` at ``reference`` (``m_0``, the best
-    fit's mean; ``d`` Hessian-vector products once), with the lower Cholesky factor ``S``
-    of its inverse (:func:`laplace_or_diagonal`: ``diag(scales[0])`` where :math:`H_0` is
-    not positive definite; the caller puts the reference fit first). Each step
-    of each fit solves ``H s = -g`` approximately by :func:`conjugate_gradient` (at most
+    One Hessian is formed, :math:`H_0 = \nabla^2 U(m_0)` at the mean ``m_0`` of fit
+    ``reference`` (the best, in the guide; ``d`` Hessian-vector products once), with the
+    lower Cholesky factor ``S`` of its inverse (:func:`laplace_or_diagonal`: that fit's
+    ``diag(scales)`` where :math:`H_0` is not positive definite). Each step of each fit
+    solves ``H s = -g`` approximately by :func:`conjugate_gradient` (at most
     ``cg_iterations`` Hessian-vector products), preconditioned by ``P = S S^T``
     (:math:`H_0^{-1}`), then takes the line search of :func:`newton_refine` along ``s``
     (truncated Newton: Nocedal and Wright, *Numerical optimization*, 2006, sec. 7.1). Where
@@ -310,10 +320,9 @@ abla^2 U(m_0)` at ``reference`` (``m_0``, the best
     * the diagonal of ``H``, estimated from ``num_probes`` fixed Rademacher probes ``z``
       (Hutchinson, *Commun. Stat. Simul. Comput.* 18, 1989; Bekas, Kokiopoulou and Saad,
       *Appl. Numer. Math.* 57, 2007) with :math:`H_0` as control variate,
-      :math:`\hat h = \operatorname{diag}(H_0) + rac1P \sum_p z_p \odot (H - H_0) z_p`:
+      :math:`\hat h = \operatorname{diag}(H_0) + \frac1P \sum_p z_p \odot (H - H_0) z_p`:
       exact where :math:`H - H_0` is diagonal (a Gaussian part: :math:`H = H_0`; a narrow
-      isotropic mode), with error :math:`\sqrt{\sum_{j 
-e i} (H - H_0)_{ij}^2 / P}` in
+      isotropic mode), with error :math:`\sqrt{\sum_{j \ne i} (H - H_0)_{ij}^2 / P}` in
       coordinate ``i`` otherwise.
 
     Each fit is then scored (on the points of :func:`score_points`) in three versions, and
@@ -336,7 +345,7 @@ e i} (H - H_0)_{ij}^2 / P}` in
     Cost: ``d`` Hessian-vector products and a ``d x d`` factorisation once; per fit
     ``(num_steps + 1) * cg_iterations + num_probes`` Hessian-vector products and as many
     products with ``S`` and ``S^T`` (``O(d^2)`` each), ``6 num_steps`` log densities (line
-    search) and ``2 num_draws`` (scores).
+    search) and ``3 num_draws`` (scores).
     """
     M, d = locs.shape
     dtype = locs.dtype
