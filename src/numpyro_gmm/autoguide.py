@@ -857,11 +857,8 @@ class AutoGaussianMixture(AutoContinuous):
             return locs, scales, None, units
         if laplace is not None:  # the refinement's Laplace factors at these means
             return locs, scales, laplace_or_diagonal(laplace, scales), units
-        tril = laplace_scale_tril(potential, locs, scales, budget)
-        if at_mode is not None:  # Newton-CG: the Laplace covariance only at a certified mode
-            diagonal = scales[..., None] * jnp.eye(self.latent_dim, dtype=tril.dtype)
-            tril = jnp.where(at_mode[:, None, None], tril, diagonal)
-        return locs, scales, tril, units
+        # after the Newton-CG refinement the Laplace covariance only at a certified mode
+        return locs, scales, laplace_scale_tril(potential, locs, scales, budget, at_mode), units
 
     def _initial_values(self, rng_key, args: tuple, kwargs: dict):
         """``(locs (K, d), scales (K, d), scale_tril, units (K, d))`` of the initial

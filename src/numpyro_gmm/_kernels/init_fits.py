@@ -480,7 +480,8 @@ def choose_separated(locs: Array, scales: Array, scores: Array, num_chosen: int,
     return jnp.where(jnp.any(member, axis=0), best_member, chosen)
 
 
-def laplace_scale_tril(potential_fn, locs: Array, scales: Array, budget: MemoryBudget = UNBOUNDED) -> Array:
+def laplace_scale_tril(potential_fn, locs: Array, scales: Array, budget: MemoryBudget = UNBOUNDED,
+                       usable: Array | None = None) -> Array:
     r"""``(K, d, d)`` lower Cholesky factors of the Laplace covariances at ``locs``.
 
     For each ``m_k`` (a fit's mean, near a mode of the posterior), the Laplace
@@ -500,6 +501,9 @@ def laplace_scale_tril(potential_fn, locs: Array, scales: Array, budget: MemoryB
     :param potential_fn: ``(d,) -> ()``.
     :param locs: ``(K, d)``; :param scales: ``(K, d)`` fallback standard deviations.
     :param budget: the Hessians' working memory (as in :func:`newton_refine`).
+    :param usable: ``(K,)``, where the Laplace factor may be used (e.g. where a mode was
+        certified, :func:`newton_cg_refine`); by default everywhere (see
+        :func:`laplace_or_diagonal`).
     """
     K, d = locs.shape
     columns_at_once = budget.batch(2, d)
@@ -507,7 +511,8 @@ def laplace_scale_tril(potential_fn, locs: Array, scales: Array, budget: MemoryB
     hessians, _ = map_batched(_hessian_and_grad(potential_fn, columns_at_once), at_once, locs)
     # the package's LAPACK-free factorisation (a batched LAPACK call can deadlock on 2 cores,
     # see numpyro_gmm._kernels.gaussian); NaN where H is not positive definite
-    return laplace_or_diagonal(cholesky_of_inverse(0.5 * (hessians + jnp.swapaxes(hessians, -1, -2))), scales)
+    hessians = 0.5 * (hessians + jnp.swapaxes(hessians, -1, -2))
+    return laplace_or_diagonal(cholesky_of_inverse(hessians), scales, usable)
 
 
 def is_factor(factor: Array) -> Array:
@@ -516,12 +521,13 @@ def is_factor(factor: Array) -> Array:
     return finite & jnp.all(jnp.diagonal(factor, axis1=-2, axis2=-1) > 0, axis=-1)
 
 
-def laplace_or_diagonal(factors: Array, scales: Array) -> Array:
+def laplace_or_diagonal(factors: Array, scales: Array, usable: Array | None = None) -> Array:
     """``(K, d, d)``: the Laplace covariances' factors ``factors`` (NaN where the Hessian
     was not positive definite), ``diag(scales_k)`` where they are not Cholesky factors (see
-    :func:`laplace_scale_tril`)."""
+    :func:`laplace_scale_tril`) or ``usable (K,)`` is false."""
     diagonal = scales[..., None] * jnp.eye(factors.shape[-1], dtype=factors.dtype)
-    return jnp.where(is_factor(factors)[..., None, None], factors, diagonal)
+    keep = is_factor(factors) if usable is None else is_factor(factors) & usable
+    return jnp.where(keep[..., None, None], factors, diagonal)
 
 
 def location_units(scales: Array, at_mode: Array | None) -> Array:
