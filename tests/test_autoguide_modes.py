@@ -21,6 +21,7 @@ from scipy import integrate, stats
 
 from conftest import X64, guide_locs
 from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
+from numpyro_gmm.autoguide import DENSE_PRECONDITIONER_MAX_DIM, NEWTON_CG_MAX_DIM
 from numpyro_gmm._kernels.init_fits import (
     bhattacharyya_distance,
     choose_separated,
@@ -722,6 +723,57 @@ def test_initial_components_exact_for_a_badly_scaled_regression_beyond_newton_ma
         np.testing.assert_allclose(np.asarray(params["auto_scale"]), np.broadcast_to(mean_field, (2, 120)), rtol=rtol)
 
 
+def banded_regression(d, seed=2):
+    """``(model, mean, precision)``: ``b ~ N(0, I_d)``, ``y_i ~ N(c_i b_i + c_{i+1} b_{i+1} / 2, 1)``
+    (``i < d``; covariates ``c_i`` on scales ``10^-1 .. 10^2.5``): the badly scaled
+    regression of :func:`badly_scaled_regression` with a banded design, whose log density
+    costs ``O(d)`` (thousands of dimensions in a test); posterior in closed form (NumPy
+    float64)."""
+    rng = np.random.default_rng(seed)
+    c = 10 ** rng.uniform(-1, 2.5, size=d)
+    A = np.zeros((d - 1, d))
+    A[np.arange(d - 1), np.arange(d - 1)] = c[:-1]
+    A[np.arange(d - 1), np.arange(1, d)] = 0.5 * c[1:]
+    y = A @ rng.normal(size=d) + rng.normal(size=d - 1)
+    cj, yj = jnp.asarray(c), jnp.asarray(y)
+
+    def model():
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0).expand([d]).to_event(1))
+        cb = cj * b
+        numpyro.sample("y", dist.Normal(cb[:-1] + 0.5 * cb[1:], 1.0).to_event(1), obs=yj)
+
+    precision = A.T @ A + np.eye(d)
+    return model, np.linalg.solve(precision, A.T @ y), precision
+
+
+@pytest.mark.parametrize("covariance", ["diag", "lowrank"])
+def test_initial_components_exact_beyond_the_dense_preconditioner(covariance):
+    # d = 4100 > DENSE_PRECONDITIONER_MAX_DIM: the Newton-CG refinement preconditioned by
+    # the diagonal of the Hessian at the best fit, no d x d matrix formed. Before it (no
+    # refinement beyond d = 1000) the components started at the 200-step Adam fits, tens of
+    # standard deviations from the mean with scales far too wide (a d = 2000 regression
+    # started 2.4e8 nats below the evidence). Means, mean-field standard deviations
+    # 1 / sqrt(P_ii) (the scale, or the low-rank cov_diag), location units and the low-rank
+    # factor in those units (its initial value 0.1 G / sqrt(rank)) against the closed form
+    d = 4100
+    assert NEWTON_CG_MAX_DIM >= d > DENSE_PRECONDITIONER_MAX_DIM
+    model, mean, precision = banded_regression(d)
+    guide, params = fitted_guide(model, 0, num_components=2, covariance=covariance)
+    sd = np.sqrt(np.diag(np.linalg.inv(precision)))
+    err = np.abs(guide_locs(params) - mean) / sd
+    assert err.max() < (1e-5 if X64 else 0.05), err.max()
+    mean_field = np.broadcast_to(1 / np.sqrt(np.diag(precision)), (2, d))
+    rtol = 1e-6 if X64 else 5e-3
+    np.testing.assert_allclose(np.asarray(params["auto_locs_unit"]), mean_field, rtol=rtol)
+    if covariance == "diag":
+        np.testing.assert_allclose(np.asarray(params["auto_scale"]), mean_field, rtol=rtol)
+    else:
+        np.testing.assert_allclose(np.asarray(params["auto_cov_diag"]), mean_field**2, rtol=2 * rtol)
+        rank = params["auto_cov_factor"].shape[-1]
+        g = np.random.default_rng(0).standard_normal((2, d, rank)) / np.sqrt(rank)
+        np.testing.assert_allclose(np.asarray(params["auto_cov_factor"]), 0.1 * g, rtol=rtol, atol=1e-6)
+
+
 def log_gamma_model():
     """``x ~ Gamma(1, 1)^150``: in unconstrained space (``z = log x``) a product of skewed
     log-Gamma(1) densities ``exp(z - e^z)``, normalised (``log Z = 0``); the best Gaussian
@@ -807,7 +859,44 @@ def test_newton_cg_refine_solves_a_badly_scaled_gaussian_from_far_away():
     np.testing.assert_allclose(scores, -d / 2 - 0.5 * np.sum(np.log(np.diag(prec))), atol=3.0)
 
 
-def test_newton_cg_refine_never_raises_the_potential_and_finds_a_narrow_mode():
+def test_newton_cg_refine_diagonal_preconditioner_solves_a_badly_scaled_gaussian():
+    """The matrix-free refinement (``preconditioner="diagonal"``, beyond
+    DENSE_PRECONDITIONER_MAX_DIM): a Gaussian potential in d = 150 with marginal standard
+    deviations 1e-3..1e2 and correlations of condition number 30 (so about 30 after the
+    Jacobi preconditioner, whose diagonal is the Hessian's, exactly), mean 10-1000 units from
+    the starts. The conjugate gradients do not converge within one Newton step's 16 products
+    here, but the steps still shrink the error; the last solve (up to CERTIFY_ITERATIONS
+    products) certifies every fit (with 16 products the certificate failed at random on a
+    d = 2000 regression). Closed form (NumPy): the mean, the mean-field standard deviations
+    1 / sqrt(P_ii) (exact: H - H_0 = 0), equal scores; no factorisation in the program."""
+    rng = np.random.default_rng(4)
+    d = 150
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    corr_like = q @ np.diag(np.geomspace(1.0, 30.0, d)) @ q.T
+    sd = np.geomspace(1e-3, 1e2, d)
+    w = np.sqrt(np.diag(corr_like))
+    prec = np.linalg.inv(corr_like / np.outer(w, w) * np.outer(sd, sd))
+    mean = rng.uniform(10, 1000, d) * rng.choice([-1, 1], d)
+    f = jnp.float64 if X64 else jnp.float32
+    prec_j, mean_j = jnp.asarray(prec, f), jnp.asarray(mean, f)
+    gaussian = lambda z: 0.5 * (z - mean_j) @ prec_j @ (z - mean_j)  # noqa: E731
+    starts = jnp.asarray(rng.normal(size=(4, d)), f)
+    options = dict(num_steps=6, num_draws=64, preconditioner="diagonal")
+    refine = jax.jit(lambda l, s: newton_cg_refine(gaussian, l, s, 0, **options))
+    text = refine.lower(starts, jnp.ones_like(starts)).as_text().lower()
+    assert "lapack" not in text and "cholesky" not in text
+    locs, scales, scores, at_mode = (np.asarray(v) for v in refine(starts, jnp.ones_like(starts)))
+    assert at_mode.all()
+    err = np.abs(locs - mean) / sd
+    assert err.max() < (1e-5 if X64 else 0.05) + 8 * np.finfo(f).eps * np.max(np.abs(mean) / sd), err.max()
+    np.testing.assert_allclose(scales, np.broadcast_to(1 / np.sqrt(np.diag(prec)), (4, d)), rtol=1e-6 if X64 else 2e-3)
+    np.testing.assert_allclose(scores, scores[0], atol=1e-6 if X64 else 0.05)
+    with pytest.raises(ValueError, match="preconditioner"):
+        newton_cg_refine(gaussian, starts, jnp.ones_like(starts), 0, num_steps=1, num_draws=4, preconditioner="lu")
+
+
+@pytest.mark.parametrize("preconditioner", ["dense", "diagonal"])
+def test_newton_cg_refine_never_raises_the_potential_and_finds_a_narrow_mode(preconditioner):
     """Non-Gaussian, d = 120: a chain of Rosenbrock terms plus double wells; from 8
     random starts the potential after refinement is never above the start's. A narrow
     isotropic well (sd 0.01) beside a wide one, with the reference at the wide one: a start
@@ -822,8 +911,8 @@ def test_newton_cg_refine_never_raises_the_potential_and_finds_a_narrow_mode():
     f = jnp.float64 if X64 else jnp.float32
     rng = np.random.default_rng(1)
     starts = jnp.asarray(rng.uniform(-2, 2, size=(8, d)), f)
-    locs = jax.jit(lambda l, s: newton_cg_refine(potential, l, s, 0, num_steps=8, num_draws=16))(
-        starts, jnp.ones_like(starts))[0]
+    options = dict(num_steps=8, num_draws=16, preconditioner=preconditioner)
+    locs = jax.jit(lambda l, s: newton_cg_refine(potential, l, s, 0, **options))(starts, jnp.ones_like(starts))[0]
     before, after = (np.asarray(jax.vmap(potential)(v)) for v in (starts, locs))
     assert np.all(after <= before * (1 + 1e-6) + 1e-5), (before, after)
     assert np.all(after < before)
@@ -835,14 +924,16 @@ def test_newton_cg_refine_never_raises_the_potential_and_finds_a_narrow_mode():
         return -jnp.logaddexp(narrow, -0.5 * jnp.sum(z**2))
 
     starts = jnp.stack([jnp.zeros(d, f), centre + 0.005 * jnp.asarray(rng.normal(size=d), f)])
-    refine = jax.jit(lambda l, s: newton_cg_refine(spike_and_slab, l, s, 0, num_steps=4, num_draws=16))
+    options = dict(num_steps=4, num_draws=16, preconditioner=preconditioner)
+    refine = jax.jit(lambda l, s: newton_cg_refine(spike_and_slab, l, s, 0, **options))
     locs, scales, _, at_mode = refine(starts, jnp.ones_like(starts))
     np.testing.assert_allclose(np.asarray(locs[1]), np.asarray(centre), atol=1e-5)
     np.testing.assert_allclose(np.asarray(scales), np.stack([np.ones(d), np.full(d, 0.01)]), rtol=1e-3)
     assert np.asarray(at_mode).all()
 
 
-def test_newton_cg_refine_keeps_a_fit_better_than_the_mode():
+@pytest.mark.parametrize("preconditioner", ["dense", "diagonal"])
+def test_newton_cg_refine_keeps_a_fit_better_than_the_mode(preconditioner):
     """A skewed posterior, d = 120: ``U(z) = sum_i (exp(z_i) - z_i)`` (a log-Gamma(1)
     coordinate each), mode at 0, whose best Gaussian (ADVI) has mean -1/2 and standard
     deviation 1 (closed form: ``E_q[-U] + sum log s = sum (m - exp(m + s^2 / 2) + log s)``,
@@ -855,7 +946,8 @@ def test_newton_cg_refine_keeps_a_fit_better_than_the_mode():
     potential = lambda z: jnp.sum(jnp.exp(z) - z)  # noqa: E731
     f = jnp.float64 if X64 else jnp.float32
     locs = jnp.asarray(np.stack([np.full(d, -0.5), np.full(d, 3.0)]), f)
-    refine = jax.jit(lambda l, s: newton_cg_refine(potential, l, s, 0, num_steps=8, num_draws=64))
+    options = dict(num_steps=8, num_draws=64, preconditioner=preconditioner)
+    refine = jax.jit(lambda l, s: newton_cg_refine(potential, l, s, 0, **options))
     out_locs, out_scales, scores, at_mode = (np.asarray(v) for v in refine(locs, jnp.ones_like(locs)))
     np.testing.assert_array_equal(out_locs[0], np.asarray(locs[0]))
     np.testing.assert_allclose(out_locs[1], 0.0, atol=1e-4)

@@ -47,10 +47,15 @@ _INIT_METHODS = ("fits", "spread")
 #: Largest ``latent_dim`` whose initial fits are refined by Newton steps (each costs, per
 #: fit, ``latent_dim`` Hessian-vector products and a ``latent_dim``-square factorisation).
 NEWTON_MAX_DIM = 100
-#: Largest ``latent_dim`` whose initial fits are refined by Newton-CG steps beyond
-#: :data:`NEWTON_MAX_DIM` (one Hessian, at the best fit, and per fit and step up to
-#: 16 Hessian-vector products and as many products with a ``latent_dim``-square matrix).
-NEWTON_CG_MAX_DIM = 1000
+#: Largest ``latent_dim`` whose Newton-CG refinement (beyond :data:`NEWTON_MAX_DIM`) is
+#: preconditioned by the Hessian at the best fit (formed once, one ``latent_dim``-square
+#: matrix: 64 MB in float32 at 4000; per fit and step up to 16 Hessian-vector products and
+#: as many products with a ``latent_dim``-square matrix).
+DENSE_PRECONDITIONER_MAX_DIM = 4000
+#: Largest ``latent_dim`` whose initial fits are refined by Newton-CG steps; beyond
+#: :data:`DENSE_PRECONDITIONER_MAX_DIM` preconditioned by the diagonal of the Hessian at the
+#: best fit (``latent_dim`` Hessian-vector products once, none formed).
+NEWTON_CG_MAX_DIM = 10_000
 #: Quasi-random normal points, common to all fits, of the refined fits' ELBO scores (a power of 2).
 NEWTON_SCORE_DRAWS = 64
 #: Estimated working memory (bytes) of the initialisation's batched evaluations of the log
@@ -361,11 +366,13 @@ class AutoGaussianMixture(AutoContinuous):
        every seed starts on both (the fit exact: within 0.0003 nats of the evidence in 10 of
        10 seeds, against 2 of 10 before this and the distance below;
        ``benchmarks/spike_and_slab.py``, docs/posteriors.md). For
-       ``NEWTON_MAX_DIM < latent_dim <= NEWTON_CG_MAX_DIM`` (1000), where ``latent_dim``
+       ``NEWTON_MAX_DIM < latent_dim <= NEWTON_CG_MAX_DIM`` (10,000), where ``latent_dim``
        Hessian-vector products per fit and step cost too much, the refinement takes up to
        ``init_newton_steps`` Newton-CG steps instead: one Hessian, at the best fit's mean,
        preconditions the conjugate gradients of every fit's steps (so a Gaussian part of the
-       posterior is again solved in one step, whatever its correlations and scales), the
+       posterior is again solved in one step, whatever its correlations and scales; beyond
+       ``DENSE_PRECONDITIONER_MAX_DIM`` (4000) only its diagonal, computed without forming
+       it, so the steps take more products where the posterior is correlated), the
        standard deviations come from Hutchinson probes of the Hessian's diagonal with that
        Hessian as control variate, and each fit keeps whichever of its given and refined
        versions scores better (:func:`numpyro_gmm._kernels.init_fits.newton_cg_refine`; the
@@ -377,7 +384,9 @@ class AutoGaussianMixture(AutoContinuous):
        below the evidence and ended 23-76 below after 3000 steps; now it starts 0.0006 below
        and ends 0.06-0.09 below (the optimiser's noise; ``benchmarks/high_dim_init.py``,
        docs/posteriors.md), and the 150-D spike above is found (0.04 nats below the evidence
-       after 3000 steps, 2.99 before);
+       after 3000 steps, 2.99 before); at ``d = 2000`` the guide with ``covariance="full"``
+       starts exact (0.02 nats from the evidence by 200 draws, against 1.8e8 without the
+       refinement);
     3. among the fits (with the refinement: and the refined starting points) whose ELBO (the
        refined score; without the refinement the mean over their last half of steps) is
        within ``init_tolerance`` nats of the best, a greedy choice of ``K`` fits, starting
@@ -518,11 +527,14 @@ class AutoGaussianMixture(AutoContinuous):
     compilation of the initialisation about 1.5-2.5 s longer, measured on
     the ``iris`` and ``d50`` models of ``benchmarks/posteriors.py``); beyond
     ``NEWTON_MAX_DIM`` the Newton-CG refinement instead costs one Hessian (``latent_dim``
-    gradient evaluations) and, per fit, at most ``(init_newton_steps + 1) * 16 + 16``
-    Hessian-vector products, as many ``d x d`` matrix-vector products and ``6 *
-    init_newton_steps + 192`` log densities (run time on the regressions of
-    ``benchmarks/high_dim_init.py`` (``2 d`` rows; ``K = 2``, ``covariance="full"``): 0.08 -> 0.15 s
-    at ``d = 150``, 1.05 -> 2.46 s at ``d = 1000``; compilation 2.7-3.7 s longer); plus one
+    Hessian-vector products; beyond ``DENSE_PRECONDITIONER_MAX_DIM`` only its diagonal is
+    kept) and, per fit, at most ``init_newton_steps * 16 + 64 + 16`` Hessian-vector products
+    (fewer where the conjugate gradients converge sooner), as many ``d x d`` matrix-vector
+    products (none beyond ``DENSE_PRECONDITIONER_MAX_DIM``) and ``6 * init_newton_steps +
+    192`` log densities (run time of the initialisation without -> with it, on the
+    regressions of ``benchmarks/high_dim_init.py`` (``2 d`` rows; ``K = 2``,
+    ``covariance="full"``): 0.1 -> 0.1-0.2 s at ``d = 150``, 0.9 -> 1.6 s at ``d = 1000``,
+    4.0 -> 5.8 s at ``d = 2000``; compilation 1.9-2.5 s longer); plus one
     compilation of the fits, which
     dominates for small models (25 s for a scalar model on a heavily loaded 2-core
     machine, where compiling one ``TraceEntropy_ELBO`` update took 48 s). That compilation
@@ -830,8 +842,10 @@ class AutoGaussianMixture(AutoContinuous):
                 locs, scales, scores, laplace = newton_refine(potential, locs, scales, **options)
                 at_mode = is_factor(laplace)
             else:  # preconditioned by the Hessian at the best fit's mean
+                dense = self.latent_dim <= DENSE_PRECONDITIONER_MAX_DIM
                 locs, scales, scores, at_mode = newton_cg_refine(
-                    potential, locs, scales, jnp.argmax(scores), **options)
+                    potential, locs, scales, jnp.argmax(scores), preconditioner="dense" if dense else "diagonal",
+                    **options)
         chosen = choose_separated(locs, scales, scores, self.num_components, self.init_tolerance)
         return (locs[chosen], scales[chosen], chosen, (locs, scales, scores),
                 None if laplace is None else laplace[chosen], None if at_mode is None else at_mode[chosen],

@@ -86,11 +86,12 @@ posterior), which Newton's steps from a start inside it find.
 Hessian-vector products per step; instead each step solves the Newton system by conjugate
 gradients (:func:`conjugate_gradient`, at most :data:`CG_ITERATIONS` products) preconditioned
 by the inverse of one Hessian, formed once at the best fit's mean, so that a Gaussian part of
-the posterior is solved in one step whatever its correlations and scales; the same line
-search keeps ``U`` from rising. Standard deviations come from Hutchinson's estimate of the
-Hessian's diagonal with the formed Hessian as control variate, and each fit keeps whichever of
-its given and refined versions scores better (a mode is not the best Gaussian mean of a
-skewed posterior).
+the posterior is solved in one step whatever its correlations and scales (beyond the guide's
+``DENSE_PRECONDITIONER_MAX_DIM``, matrix-free: by the inverse of that Hessian's diagonal);
+the same line search keeps ``U`` from rising. Standard deviations come from Hutchinson's
+estimate of the Hessian's diagonal with the Hessian at the best fit as control variate, and
+each fit keeps whichever of its given and refined versions scores better (a mode is not the
+best Gaussian mean of a skewed posterior).
 """
 
 from __future__ import annotations
@@ -246,6 +247,9 @@ def newton_refine(potential_fn, locs: Array, scales: Array, *, num_steps: int, n
 CG_ITERATIONS = 16
 #: Relative residual (in the preconditioner's norm) at which the conjugate gradients stop.
 CG_TOLERANCE = 0.01
+#: Conjugate-gradient iterations at most of :func:`newton_cg_refine`'s last solve, at the
+#: refined mean, whose convergence certifies a mode (it stops where it converges).
+CERTIFY_ITERATIONS = 64
 #: Rademacher probes of :func:`newton_cg_refine`'s estimate of the Hessians' diagonals.
 DIAGONAL_PROBES = 16
 
@@ -267,16 +271,16 @@ def conjugate_gradient(hvp, g: Array, precondition, num_iterations: int, toleran
     ``r^T P r <= tolerance^2 g^T P g`` (``converged``) or at a direction ``p`` with
     ``p^T H p <= 0``, keeping the iterate before it (Steihaug's truncation, ibid. alg. 7.1);
     where that happens at the first direction, ``x = -P g``, the preconditioned steepest
-    descent. At most ``num_iterations`` products ``H v``, a fixed count (a ``fori_loop``
-    whose later passes change nothing once stopped)."""
+    descent. At most ``num_iterations`` products ``H v`` (a ``while_loop``: under ``vmap``
+    it runs until every solve has stopped, the stopped ones unchanged)."""
     r = -g
     z = precondition(r)
     rz = r @ z
     target = tolerance**2 * rz
     converged = rz <= 0.0  # g = 0: x = 0 solves it
 
-    def body(_, state):
-        x, r, p, rz, done, converged = state
+    def body(state):
+        i, x, r, p, rz, done, converged = state
         hp = hvp(p)
         curvature = p @ hp
         go = ~done & (curvature > 0) & jnp.isfinite(curvature)
@@ -288,42 +292,55 @@ def conjugate_gradient(hvp, g: Array, precondition, num_iterations: int, toleran
         reached = rz_new <= target
         p_new = z + rz_new / jnp.where(rz > 0, rz, 1.0) * p
         x, r, p, rz = (jnp.where(go, new, old) for new, old in ((x_new, x), (r_new, r), (p_new, p), (rz_new, rz)))
-        return x, r, p, rz, done | ~go | reached, converged | (go & reached)
+        return i + 1, x, r, p, rz, done | ~go | reached, converged | (go & reached)
 
-    state = (jnp.zeros_like(g), r, z, rz, converged, converged)
-    x, _, _, _, _, converged = lax.fori_loop(0, num_iterations, body, state)
+    def running(state):
+        return (state[0] < num_iterations) & ~state[5]
+
+    state = (0, jnp.zeros_like(g), r, z, rz, converged, converged)
+    _, x, _, _, _, _, converged = lax.while_loop(running, body, state)
     stalled = ~converged & jnp.all(x == 0)
     return jnp.where(stalled, -precondition(g), x), converged
 
 
 def newton_cg_refine(potential_fn, locs: Array, scales: Array, reference: Array, *, num_steps: int,
                      num_draws: int, budget: MemoryBudget = UNBOUNDED, cg_iterations: int = CG_ITERATIONS,
-                     num_probes: int = DIAGONAL_PROBES):
+                     num_probes: int = DIAGONAL_PROBES, certify_iterations: int = CERTIFY_ITERATIONS,
+                     preconditioner: str = "dense"):
     r"""Newton-CG refinement of ``M`` fits, their scales and scores: :func:`newton_refine`
     where ``d`` Hessian-vector products per fit and step cost too much.
 
-    One Hessian is formed, :math:`H_0 = \nabla^2 U(m_0)` at the mean ``m_0`` of fit
-    ``reference`` (the best, in the guide; ``d`` Hessian-vector products once), with the
-    lower Cholesky factor ``S`` of its inverse (:func:`laplace_or_diagonal`: that fit's
-    ``diag(scales)`` where :math:`H_0` is not positive definite). Each step of each fit
-    solves ``H s = -g`` approximately by :func:`conjugate_gradient` (at most
-    ``cg_iterations`` Hessian-vector products), preconditioned by ``P = S S^T``
-    (:math:`H_0^{-1}`), then takes the line search of :func:`newton_refine` along ``s``
-    (truncated Newton: Nocedal and Wright, *Numerical optimization*, 2006, sec. 7.1). Where
-    the fit's Hessian is :math:`H_0` (a Gaussian part of the posterior, whatever its
-    correlations and scales) the conjugate gradients converge in one iteration and the step
-    is Newton's; elsewhere they correct for the difference. At the final mean ``m``:
+    The preconditioner comes from the Hessian :math:`H_0 = \nabla^2 U(m_0)` at the mean
+    ``m_0`` of fit ``reference`` (the best, in the guide; ``d`` Hessian-vector products
+    once). ``preconditioner="dense"``: :math:`H_0` is formed, with the lower Cholesky factor
+    ``S`` of its inverse (:func:`laplace_or_diagonal`: that fit's ``diag(scales)`` where
+    :math:`H_0` is not positive definite), and ``P = S S^T`` (:math:`H_0^{-1}`);
+    ``"diagonal"`` (matrix-free, for ``d`` in the thousands): only the diagonal of
+    :math:`H_0` is kept (``e_i^T H_0 e_i``), and ``P = diag(H_0)^{-1}`` (Jacobi; the fit's
+    ``scales^2`` where a diagonal entry is not positive). Each step of each fit solves
+    ``H s = -g`` approximately by :func:`conjugate_gradient` (at most ``cg_iterations``
+    Hessian-vector products), preconditioned by ``P``, then takes the line search of
+    :func:`newton_refine` along ``s`` (truncated Newton: Nocedal and Wright, *Numerical
+    optimization*, 2006, sec. 7.1). With the dense preconditioner, where the fit's Hessian
+    is :math:`H_0` (a Gaussian part of the posterior, whatever its correlations and scales)
+    the conjugate gradients converge in one iteration and the step is Newton's; elsewhere,
+    and with the diagonal one, they correct for the difference (iterations growing as the
+    square root of the condition number of :math:`P H`: a truncated step still descends).
+    At the final mean ``m``:
 
-    * ``at_mode``: the conjugate gradients converged there and the Newton decrement
-      ``g^T H^{-1} g`` (approximately ``-g^T s``; the squared Mahalanobis distance from
-      ``m`` to the mode of the local quadratic model) is at most 1;
+    * ``at_mode``: the conjugate gradients, given up to ``certify_iterations`` products
+      there, converged and the Newton decrement ``g^T H^{-1} g`` (approximately
+      ``-g^T s``; the squared Mahalanobis distance from ``m`` to the mode of the local
+      quadratic model) is at most 1 (with the 16 products of a step the certificate failed
+      at random at the mode of a ``d = 2000`` regression, diagonal preconditioner);
     * the diagonal of ``H``, estimated from ``num_probes`` fixed Rademacher probes ``z``
       (Hutchinson, *Commun. Stat. Simul. Comput.* 18, 1989; Bekas, Kokiopoulou and Saad,
       *Appl. Numer. Math.* 57, 2007) with :math:`H_0` as control variate,
       :math:`\hat h = \operatorname{diag}(H_0) + \frac1P \sum_p z_p \odot (H - H_0) z_p`:
       exact where :math:`H - H_0` is diagonal (a Gaussian part: :math:`H = H_0`; a narrow
       isotropic mode), with error :math:`\sqrt{\sum_{j \ne i} (H - H_0)_{ij}^2 / P}` in
-      coordinate ``i`` otherwise.
+      coordinate ``i`` otherwise (both preconditioners: the diagonal one keeps the products
+      :math:`H_0 z_p`, not :math:`H_0`).
 
     Each fit is then scored (on the points of :func:`score_points`) in three versions, and
     keeps the best: as given (mean and scales), and at the refined mean with its own scales
@@ -340,41 +357,64 @@ def newton_cg_refine(potential_fn, locs: Array, scales: Array, reference: Array,
     :param reference: ``()`` integer, the fit whose mean is the point of :math:`H_0`.
     :param budget: working memory (:mod:`.memory`: a Hessian-vector product counted as two
         gradients).
+    :param preconditioner: ``"dense"`` or ``"diagonal"`` (above); else ``ValueError``.
     :return: ``(locs (M, d), scales (M, d), scores (M,), at_mode (M,))``.
 
-    Cost: ``d`` Hessian-vector products and a ``d x d`` factorisation once; per fit
-    ``(num_steps + 1) * cg_iterations + num_probes`` Hessian-vector products and as many
-    products with ``S`` and ``S^T`` (``O(d^2)`` each), ``6 num_steps`` log densities (line
-    search) and ``3 num_draws`` (scores).
+    Cost: ``d + num_probes`` Hessian-vector products (the ``"dense"`` one also a ``d x d``
+    factorisation) once; per fit at most ``num_steps * cg_iterations + certify_iterations +
+    num_probes`` Hessian-vector products and as many products with ``P`` (``O(d^2)`` dense,
+    ``O(d)`` diagonal), ``6 num_steps`` log densities (line search) and ``3 num_draws``
+    (scores). Memory ``O(d^2)`` dense, ``O(d)`` per fit diagonal (besides the evaluations'
+    working sets, batched within ``budget``).
     """
     M, d = locs.shape
     dtype = locs.dtype
     lengths = jnp.asarray(NEWTON_STEP_LENGTHS, dtype)
-    probes = jnp.asarray(rademacher_probes(num_probes, d), dtype)
+    # a barrier: the probes are constants, and so are a model's data, whose products XLA
+    # would otherwise fold while compiling (seconds for a 4000 x 2000 design matrix)
+    probes = lax.optimization_barrier(jnp.asarray(rademacher_probes(num_probes, d), dtype))
     gradient = jax.grad(potential_fn)
 
     columns_at_once = budget.batch(2, d)
-    h0, _ = _hessian_and_grad(potential_fn, columns_at_once)(locs[reference])
-    h0 = 0.5 * (h0 + h0.T)
-    factor = laplace_or_diagonal(cholesky_of_inverse(h0), scales[reference])
+    if preconditioner == "dense":
+        h0, _ = _hessian_and_grad(potential_fn, columns_at_once)(locs[reference])
+        h0 = 0.5 * (h0 + h0.T)
+        factor = laplace_or_diagonal(cholesky_of_inverse(h0), scales[reference])
+        h0_diagonal, h0_probes = jnp.diagonal(h0), probes @ h0  # H0 z_p (h0 symmetric)
 
-    def precondition(r):
-        return factor @ (factor.T @ r)
+        def precondition(r):
+            return factor @ (factor.T @ r)
+    elif preconditioner == "diagonal":
+        _, hvp0 = jax.linearize(gradient, locs[reference])
+        h0_diagonal = map_batched(lambda j: hvp0(jnp.zeros(d, dtype).at[j].set(1.0))[j], columns_at_once,
+                                  jnp.arange(d))
+        h0_probes = map_batched(hvp0, columns_at_once, probes)
+        curved0 = jnp.isfinite(h0_diagonal) & (h0_diagonal > 0)
+        inverse_diagonal = jnp.where(curved0, 1.0 / jnp.where(curved0, h0_diagonal, 1.0), scales[reference] ** 2)
+
+        def precondition(r):
+            return inverse_diagonal * r
+    else:
+        raise ValueError(f"preconditioner must be 'dense' or 'diagonal', got {preconditioner!r}")
+
+    def plan(m, iterations):  # the Newton-CG step from m, the certificate, the Hessian at m
+        g, hvp = jax.linearize(gradient, m)
+        x, converged = conjugate_gradient(hvp, g, precondition, iterations, CG_TOLERANCE)
+        finite = jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(x))
+        return jnp.where(finite, x, 0.0), finite & converged & (-(g @ x) <= 1.0), hvp
 
     def refine(m):
         def body(_, state):  # apply the pending step (line search), then plan the next
-            m, u, step, _ = state
+            m, u, step = state
             m, u = _line_search(potential_fn, m, u, step, lengths)
-            g, hvp = jax.linearize(gradient, m)
-            x, converged = conjugate_gradient(hvp, g, precondition, cg_iterations, CG_TOLERANCE)
-            finite = jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(x))
-            return m, u, jnp.where(finite, x, 0.0), finite & converged & (-(g @ x) <= 1.0)
+            return m, u, plan(m, cg_iterations)[0]
 
-        state = (m, jnp.array(jnp.inf, dtype), jnp.zeros_like(m), jnp.array(False))
-        m, _, _, at_mode = lax.fori_loop(0, num_steps + 1, body, state)
-        _, hvp = jax.linearize(gradient, m)
-        difference = jax.vmap(hvp)(probes) - probes @ h0  # (H - H0) z_p (h0 symmetric)
-        return m, jnp.diagonal(h0) + jnp.mean(probes * difference, axis=0), at_mode
+        state = (m, jnp.array(jnp.inf, dtype), jnp.zeros_like(m))
+        m, u, step = lax.fori_loop(0, num_steps, body, state)
+        m, _ = _line_search(potential_fn, m, u, step, lengths)
+        _, at_mode, hvp = plan(m, certify_iterations)
+        difference = jax.vmap(hvp)(probes) - h0_probes  # (H - H0) z_p
+        return m, h0_diagonal + jnp.mean(probes * difference, axis=0), at_mode
 
     fits_at_once = budget.batch(max(len(NEWTON_STEP_LENGTHS), 2 * num_probes), M)
     refined, diag, at_mode = map_batched(refine, fits_at_once, locs)
