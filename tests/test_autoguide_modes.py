@@ -826,6 +826,17 @@ def test_conjugate_gradient_solves_and_truncates():
     np.testing.assert_allclose(np.asarray(x), [-2.0, -2.0])
 
 
+def badly_scaled_gaussian(rng, d, condition):
+    """``(precision (d, d), sd (d,))`` of a Gaussian with marginal standard deviations
+    ``sd = 1e-3 .. 1e2`` (geometric) and a correlation matrix of condition number about
+    ``condition`` (a random rotation of ``geomspace(1, condition)``, rescaled)."""
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    corr_like = q @ np.diag(np.geomspace(1.0, condition, d)) @ q.T
+    sd = np.geomspace(1e-3, 1e2, d)
+    w = np.sqrt(np.diag(corr_like))
+    return np.linalg.inv(corr_like / np.outer(w, w) * np.outer(sd, sd)), sd
+
+
 def test_newton_cg_refine_solves_a_badly_scaled_gaussian_from_far_away():
     """Beyond NEWTON_MAX_DIM: a correlated Gaussian potential in d = 150 with marginal
     standard deviations 1e-3..1e2 and correlations of condition number about 1e3, mean 10-1000
@@ -837,12 +848,7 @@ def test_newton_cg_refine_solves_a_badly_scaled_gaussian_from_far_away():
     to each other and near -d / 2 + sum log s (QMC points in 150 dimensions)."""
     rng = np.random.default_rng(0)
     d = 150
-    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-    corr_like = q @ np.diag(np.geomspace(1.0, 1e3, d)) @ q.T
-    sd = np.geomspace(1e-3, 1e2, d)
-    w = np.sqrt(np.diag(corr_like))
-    cov = corr_like / np.outer(w, w) * np.outer(sd, sd)
-    prec = np.linalg.inv(cov)
+    prec, sd = badly_scaled_gaussian(rng, d, 1e3)
     mean = rng.uniform(10, 1000, d) * rng.choice([-1, 1], d)
     f = jnp.float64 if X64 else jnp.float32
     prec_j, mean_j = jnp.asarray(prec, f), jnp.asarray(mean, f)
@@ -871,11 +877,7 @@ def test_newton_cg_refine_diagonal_preconditioner_solves_a_badly_scaled_gaussian
     1 / sqrt(P_ii) (exact: H - H_0 = 0), equal scores; no factorisation in the program."""
     rng = np.random.default_rng(4)
     d = 150
-    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-    corr_like = q @ np.diag(np.geomspace(1.0, 30.0, d)) @ q.T
-    sd = np.geomspace(1e-3, 1e2, d)
-    w = np.sqrt(np.diag(corr_like))
-    prec = np.linalg.inv(corr_like / np.outer(w, w) * np.outer(sd, sd))
+    prec, sd = badly_scaled_gaussian(rng, d, 30.0)
     mean = rng.uniform(10, 1000, d) * rng.choice([-1, 1], d)
     f = jnp.float64 if X64 else jnp.float32
     prec_j, mean_j = jnp.asarray(prec, f), jnp.asarray(mean, f)
