@@ -826,15 +826,22 @@ def test_conjugate_gradient_solves_and_truncates():
     np.testing.assert_allclose(np.asarray(x), [-2.0, -2.0])
 
 
-def badly_scaled_gaussian(rng, d, condition):
-    """``(precision (d, d), sd (d,))`` of a Gaussian with marginal standard deviations
-    ``sd = 1e-3 .. 1e2`` (geometric) and a correlation matrix of condition number about
-    ``condition`` (a random rotation of ``geomspace(1, condition)``, rescaled)."""
+def badly_scaled_gaussian(seed, condition, d=150):
+    """``(potential, starts (4, d), precision, sd, mean, dtype)``: a Gaussian potential with
+    marginal standard deviations ``sd = 1e-3 .. 1e2`` (geometric), a correlation matrix of
+    condition number about ``condition`` (a random rotation of ``geomspace(1, condition)``,
+    rescaled) and mean 10-1000 units from the standard normal ``starts``."""
+    rng = np.random.default_rng(seed)
     q, _ = np.linalg.qr(rng.normal(size=(d, d)))
     corr_like = q @ np.diag(np.geomspace(1.0, condition, d)) @ q.T
     sd = np.geomspace(1e-3, 1e2, d)
     w = np.sqrt(np.diag(corr_like))
-    return np.linalg.inv(corr_like / np.outer(w, w) * np.outer(sd, sd)), sd
+    prec = np.linalg.inv(corr_like / np.outer(w, w) * np.outer(sd, sd))
+    mean = rng.uniform(10, 1000, d) * rng.choice([-1, 1], d)
+    f = jnp.float64 if X64 else jnp.float32
+    prec_j, mean_j = jnp.asarray(prec, f), jnp.asarray(mean, f)
+    potential = lambda z: 0.5 * (z - mean_j) @ prec_j @ (z - mean_j)  # noqa: E731
+    return potential, jnp.asarray(rng.normal(size=(4, d)), f), prec, sd, mean, f
 
 
 def test_newton_cg_refine_solves_a_badly_scaled_gaussian_from_far_away():
@@ -846,14 +853,8 @@ def test_newton_cg_refine_solves_a_badly_scaled_gaussian_from_far_away():
     the mean-field standard deviations 1 / sqrt(P_ii) (the control variate makes the
     diagonal's estimate exact: H - H_0 = 0), a certified mode for every fit, and scores equal
     to each other and near -d / 2 + sum log s (QMC points in 150 dimensions)."""
-    rng = np.random.default_rng(0)
     d = 150
-    prec, sd = badly_scaled_gaussian(rng, d, 1e3)
-    mean = rng.uniform(10, 1000, d) * rng.choice([-1, 1], d)
-    f = jnp.float64 if X64 else jnp.float32
-    prec_j, mean_j = jnp.asarray(prec, f), jnp.asarray(mean, f)
-    gaussian = lambda z: 0.5 * (z - mean_j) @ prec_j @ (z - mean_j)  # noqa: E731
-    starts = jnp.asarray(rng.normal(size=(4, d)), f)
+    gaussian, starts, prec, sd, mean, f = badly_scaled_gaussian(0, 1e3, d)
     refine = jax.jit(lambda l, s: newton_cg_refine(gaussian, l, s, 0, num_steps=2, num_draws=64))
     assert "lapack" not in refine.lower(starts, jnp.ones_like(starts)).as_text().lower()
     locs, scales, scores, at_mode = (np.asarray(v) for v in refine(starts, jnp.ones_like(starts)))
@@ -875,14 +876,8 @@ def test_newton_cg_refine_diagonal_preconditioner_solves_a_badly_scaled_gaussian
     products) certifies every fit (with 16 products the certificate failed at random on a
     d = 2000 regression). Closed form (NumPy): the mean, the mean-field standard deviations
     1 / sqrt(P_ii) (exact: H - H_0 = 0), equal scores; no factorisation in the program."""
-    rng = np.random.default_rng(4)
     d = 150
-    prec, sd = badly_scaled_gaussian(rng, d, 30.0)
-    mean = rng.uniform(10, 1000, d) * rng.choice([-1, 1], d)
-    f = jnp.float64 if X64 else jnp.float32
-    prec_j, mean_j = jnp.asarray(prec, f), jnp.asarray(mean, f)
-    gaussian = lambda z: 0.5 * (z - mean_j) @ prec_j @ (z - mean_j)  # noqa: E731
-    starts = jnp.asarray(rng.normal(size=(4, d)), f)
+    gaussian, starts, prec, sd, mean, f = badly_scaled_gaussian(4, 30.0, d)
     options = dict(num_steps=6, num_draws=64, preconditioner="diagonal")
     refine = jax.jit(lambda l, s: newton_cg_refine(gaussian, l, s, 0, **options))
     text = refine.lower(starts, jnp.ones_like(starts)).as_text().lower()
