@@ -360,8 +360,8 @@ def newton_cg_refine(potential_fn, locs: Array, scales: Array, reference: Array,
     :param preconditioner: ``"dense"`` or ``"diagonal"`` (above); else ``ValueError``.
     :return: ``(locs (M, d), scales (M, d), scores (M,), at_mode (M,))``.
 
-    Cost: ``d + num_probes`` Hessian-vector products (the ``"dense"`` one also a ``d x d``
-    factorisation) once; per fit at most ``num_steps * cg_iterations + certify_iterations +
+    Cost: ``d`` Hessian-vector products once (``"diagonal"``: ``d + num_probes``;
+    ``"dense"``: and a ``d x d`` factorisation); per fit at most ``num_steps * cg_iterations + certify_iterations +
     num_probes`` Hessian-vector products and as many products with ``P`` (``O(d^2)`` dense,
     ``O(d)`` diagonal), ``6 num_steps`` log densities (line search) and ``3 num_draws``
     (scores). Memory ``O(d^2)`` dense, ``O(d)`` per fit diagonal (besides the evaluations'
