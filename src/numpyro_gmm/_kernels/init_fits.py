@@ -389,8 +389,7 @@ def newton_cg_refine(potential_fn, locs: Array, scales: Array, reference: Array,
         h0_diagonal = map_batched(lambda j: hvp0(jnp.zeros(d, dtype).at[j].set(1.0))[j], columns_at_once,
                                   jnp.arange(d))
         h0_probes = map_batched(hvp0, columns_at_once, probes)
-        curved0 = jnp.isfinite(h0_diagonal) & (h0_diagonal > 0)
-        inverse_diagonal = jnp.where(curved0, 1.0 / jnp.where(curved0, h0_diagonal, 1.0), scales[reference] ** 2)
+        inverse_diagonal = _mean_field_scales(h0_diagonal, scales[reference]) ** 2
 
         def precondition(r):
             return inverse_diagonal * r
@@ -418,8 +417,7 @@ def newton_cg_refine(potential_fn, locs: Array, scales: Array, reference: Array,
 
     fits_at_once = budget.batch(max(len(NEWTON_STEP_LENGTHS), 2 * num_probes), M)
     refined, diag, at_mode = map_batched(refine, fits_at_once, locs)
-    curved = jnp.isfinite(diag) & (diag > 0)
-    diagonal_scales = jnp.where(curved, lax.rsqrt(jnp.where(curved, diag, 1.0)), scales)
+    diagonal_scales = _mean_field_scales(diag, scales)
     # the three versions of each fit scored in one batch (one trace of the potential)
     versions_locs = jnp.stack([refined, refined, locs])  # (3, M, d)
     versions_scales = jnp.stack([scales, diagonal_scales, scales])
@@ -428,6 +426,13 @@ def newton_cg_refine(potential_fn, locs: Array, scales: Array, reference: Array,
     best = jnp.argmax(versions, axis=0)  # ties: the earlier version (refined before given)
     pick = lambda v: jnp.take_along_axis(v, best[None, :, None], axis=0)[0]  # noqa: E731
     return pick(versions_locs), pick(versions_scales), jnp.max(versions, axis=0), at_mode & (best < 2)
+
+
+def _mean_field_scales(diagonal: Array, fallback: Array) -> Array:
+    """``1 / sqrt(h)`` for a Hessian's diagonal ``h`` where it is positive and finite,
+    ``fallback`` elsewhere."""
+    curved = jnp.isfinite(diagonal) & (diagonal > 0)
+    return jnp.where(curved, lax.rsqrt(jnp.where(curved, diagonal, 1.0)), fallback)
 
 
 def _line_search(potential_fn, m: Array, u: Array, step: Array, lengths: Array):
