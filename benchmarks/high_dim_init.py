@@ -1,12 +1,14 @@
 """AutoGaussianMixture's initialisation beyond ``NEWTON_MAX_DIM = 100`` latent dimensions:
 the Newton-CG refinement (the default up to ``NEWTON_CG_MAX_DIM = 10,000``; preconditioned
-by the Hessian at the best fit up to ``DENSE_PRECONDITIONER_MAX_DIM = 1000``, by its
-diagonal beyond) against the same guide without a refinement (``init_newton_steps=0``,
+by the Hessian at the best fit up to ``DENSE_PRECONDITIONER_MAX_DIM = 4000``, by its
+diagonal blocks of 256 beyond) against the same guide without a refinement (``init_newton_steps=0``,
 the initialisation at these sizes before the Newton-CG refinement) and
 AutoMultivariateNormal (``--covariance lowrank``: the guides with low-rank covariances and
 AutoLowRankMultivariateNormal), in one run. ``--model hierarchical``: a hierarchical model
 with ``d - 1`` groups and measurement errors on scales ``10^-2 .. 10`` (Gaussian posterior,
-evidence in closed form; :func:`hierarchical`).
+evidence in closed form; :func:`hierarchical`). ``--model random_walk``: a latent
+``GaussianRandomWalk`` of ``d`` steps observed with noise (a strongly correlated Gaussian
+posterior, evidence in closed form; :func:`random_walk`).
 
 Model: Bayesian linear regression ``b ~ N(0, I_d)``, ``y ~ N(X b, I)`` on ``2 d`` rows of
 correlated covariates on scales ``10^-1 .. 10^2.5`` (posterior standard deviations about
@@ -22,7 +24,7 @@ where the gap is below 1); *step (ms)*, the median compiled ``SVI.update``.
 Usage::
 
     python benchmarks/high_dim_init.py [--dims 150,300,1000] [--seeds 3] [--steps 3000] [--lr 0.01]
-                                       [--covariance full|lowrank] [--model regression|hierarchical]
+                                       [--covariance full|lowrank] [--model regression|hierarchical|random_walk]
 """
 
 from __future__ import annotations
@@ -97,9 +99,45 @@ def hierarchical(d, seed=0, tau=2.0):
     return model, float(log_z), 0.5 * (np.log(h_mu) + np.sum(np.log(h)) - log_det)
 
 
+def random_walk(d, seed=0, step_sd=0.02, noise_sd=1.0):
+    """``(model, log_z, mean_field_gap)``: a latent random walk of ``d`` steps,
+    ``x ~ GaussianRandomWalk(step_sd)``, observed with noise, ``y_t ~ N(x_t, noise_sd)`` (the
+    local-level model; the latent field of a stochastic-volatility model). Its posterior is
+    Gaussian with a tridiagonal precision ``H = D^T D / step_sd^2 + I / noise_sd^2`` (``D`` the
+    first differences), strongly correlated (correlation length about ``noise_sd / step_sd``
+    steps; condition number about ``4 noise_sd^2 / step_sd^2``), with a constant diagonal,
+    so a diagonal preconditioner does nothing for it. Evidence and the best diagonal
+    Gaussian's gap in closed form (``log Z = log p(y, m) + d/2 log 2 pi - log det H / 2`` at
+    the posterior mean ``m``, exact for a Gaussian posterior; banded Cholesky)."""
+    from scipy import linalg
+
+    rng = np.random.default_rng(seed)
+    x = np.cumsum(step_sd * rng.normal(size=d))
+    y = x + noise_sd * rng.normal(size=d)
+    yj = jnp.asarray(y)
+
+    def model():
+        x = numpyro.sample("x", dist.GaussianRandomWalk(step_sd, num_steps=d))
+        numpyro.sample("y", dist.Normal(x, noise_sd).to_event(1), obs=yj)
+
+    upper = np.zeros((2, d))  # H in upper banded form: row 0 the superdiagonal, row 1 the diagonal
+    upper[0, 1:] = -1 / step_sd**2
+    upper[1, :-1] = 2 / step_sd**2
+    upper[1, -1] = 1 / step_sd**2
+    upper[1] += 1 / noise_sd**2
+    mean = linalg.solveh_banded(upper, y / noise_sd**2)
+    log_det = 2 * np.sum(np.log(linalg.cholesky_banded(upper)[1]))
+    increments = np.diff(mean, prepend=0.0)
+    log_joint = (stats.norm(0, step_sd).logpdf(increments).sum()
+                 + stats.norm(mean, noise_sd).logpdf(y).sum())
+    log_z = log_joint + 0.5 * d * np.log(2 * np.pi) - 0.5 * log_det
+    return model, float(log_z), 0.5 * (np.sum(np.log(upper[1])) - log_det)
+
+
 MODELS = {
     "regression": regression,
     "hierarchical": hierarchical,
+    "random_walk": random_walk,
 }
 
 
@@ -139,7 +177,8 @@ def main(argv=None):
                         help="the guides' family: full covariances (AutoMultivariateNormal) or low rank "
                              "(AutoLowRankMultivariateNormal), for thousands of dimensions")
     parser.add_argument("--model", choices=sorted(MODELS), default="regression",
-                        help="the badly scaled regression, or a hierarchical model with d - 1 groups")
+                        help="the badly scaled regression, a hierarchical model with d - 1 groups, or a "
+                             "random walk of d steps")
     args = parser.parse_args(argv)
     print(f"jax {jax.__version__} numpyro {numpyro.__version__} backend {jax.default_backend()} "
           f"float64 {jax.config.jax_enable_x64}; NEWTON_MAX_DIM {NEWTON_MAX_DIM}, DENSE_PRECONDITIONER_MAX_DIM "

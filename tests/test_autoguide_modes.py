@@ -22,6 +22,7 @@ from scipy import integrate, stats
 from conftest import X64, guide_locs
 from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
 from numpyro_gmm.autoguide import DENSE_PRECONDITIONER_MAX_DIM, NEWTON_CG_MAX_DIM
+from numpyro_gmm._kernels.memory import MemoryBudget
 from numpyro_gmm._kernels.init_fits import (
     bhattacharyya_distance,
     choose_separated,
@@ -774,6 +775,34 @@ def test_initial_components_exact_beyond_the_dense_preconditioner(covariance):
         np.testing.assert_allclose(np.asarray(params["auto_cov_factor"]), 0.1 * g, rtol=rtol, atol=1e-6)
 
 
+def test_initial_components_certify_a_random_walk_beyond_the_dense_preconditioner():
+    # d = 4100 > DENSE_PRECONDITIONER_MAX_DIM: a GaussianRandomWalk observed with noise
+    # (random_walk_posterior; condition number about 1e4, constant
+    # diagonal). Preconditioned by the Hessian's diagonal (the guide's choice here before),
+    # the conjugate gradients did not converge, no fit's mode was certified and the location
+    # steps stayed in absolute units, 70 conditional standard deviations each (measured:
+    # the d = 5000 random walk of benchmarks/high_dim_init.py ended 3488 nats below the
+    # evidence after 3000 steps, from 1809 at the start). The blocks of the Hessian certify
+    # the modes: means within 0.05 conditional standard deviations 1 / sqrt(P_ii) of the
+    # posterior mean (closed form, SciPy), units and scales those standard deviations
+    d = 4100
+    assert NEWTON_CG_MAX_DIM >= d > DENSE_PRECONDITIONER_MAX_DIM
+    y, mean, precision_diagonal = random_walk_posterior(d, 0.02, seed=3)
+    yj = jnp.asarray(y)
+
+    def model():
+        x = numpyro.sample("x", dist.GaussianRandomWalk(0.02, num_steps=d))
+        numpyro.sample("y", dist.Normal(x, 1.0).to_event(1), obs=yj)
+
+    guide, params = fitted_guide(model, 0, num_components=2, covariance="diag")
+    sd = np.broadcast_to(1 / np.sqrt(precision_diagonal), (2, d))
+    err = np.abs(guide_locs(params) - mean) / sd
+    assert err.max() < (1e-5 if X64 else 0.05), err.max()
+    rtol = 1e-6 if X64 else 5e-3
+    np.testing.assert_allclose(np.asarray(params["auto_locs_unit"]), sd, rtol=rtol)
+    np.testing.assert_allclose(np.asarray(params["auto_scale"]), sd, rtol=rtol)
+
+
 def log_gamma_model():
     """``x ~ Gamma(1, 1)^150``: in unconstrained space (``z = log x``) a product of skewed
     log-Gamma(1) densities ``exp(z - e^z)``, normalised (``log Z = 0``); the best Gaussian
@@ -892,7 +921,72 @@ def test_newton_cg_refine_diagonal_preconditioner_solves_a_badly_scaled_gaussian
         newton_cg_refine(gaussian, starts, jnp.ones_like(starts), 0, num_steps=1, num_draws=4, preconditioner="lu")
 
 
-@pytest.mark.parametrize("preconditioner", ["dense", "diagonal"])
+#: the preconditioners of newton_cg_refine, as keyword arguments: blocks of 32 split the
+#: tests' d = 120 into four, the last padded
+PRECONDITIONERS = {"dense": {"preconditioner": "dense"}, "diagonal": {"preconditioner": "diagonal"},
+                   "blocks": {"preconditioner": "blocks", "block_size": 32}}
+
+
+def random_walk_posterior(d, step_sd, seed=0):
+    """``(y, mean, precision_diagonal)``: data ``y`` of a latent random walk
+    ``x_t - x_{t-1} ~ N(0, step_sd)`` (``x_0 = 0``; NumPyro's ``GaussianRandomWalk``)
+    observed with unit noise, ``y_t ~ N(x_t, 1)``, and its posterior: Gaussian with the
+    tridiagonal precision ``D^T D / step_sd^2 + I`` (``D`` the first differences),
+    correlation length about ``1 / step_sd`` steps, condition number about
+    ``4 / step_sd^2``, constant diagonal (so the Jacobi preconditioner is no
+    preconditioner); mean by SciPy's banded solver (float64)."""
+    from scipy import linalg
+
+    rng = np.random.default_rng(seed)
+    y = np.cumsum(step_sd * rng.normal(size=d)) + rng.normal(size=d)
+    upper = np.zeros((2, d))  # upper banded: the superdiagonal, then the diagonal
+    upper[0, 1:] = -1 / step_sd**2
+    upper[1] = np.r_[np.full(d - 1, 2.0), 1.0] / step_sd**2 + 1.0
+    return y, linalg.solveh_banded(upper, y), upper[1]
+
+
+def test_newton_cg_refine_block_preconditioner_solves_a_random_walk():
+    """``preconditioner="blocks"`` (the guide's beyond DENSE_PRECONDITIONER_MAX_DIM): the
+    posterior of a random walk of d = 600 steps (a GaussianRandomWalk observed with noise),
+    condition number about 1e4, correlation length 50 steps. The diagonal blocks of 64 (the
+    last padded: 600 = 9 x 64 + 24) hold nearly all of its correlation, so the conjugate
+    gradients converge within the steps' products and every fit is certified at the mode;
+    with the Jacobi preconditioner (the guide's choice there before) none was, and the means
+    stayed up to 22 conditional standard deviations off (measured; asserted below as "not
+    all certified"). Closed form (SciPy, float64): the mean, the mean-field standard
+    deviations ``1 / sqrt(P_ii)`` (exact: H - H_0 = 0); with a memory budget of 64
+    Hessian-vector products at once, no 600 x 600 array in the program (the dense
+    preconditioner's has them)."""
+    d = 600
+    y, mean, precision_diagonal = random_walk_posterior(d, 0.02)
+    sd = 1 / np.sqrt(precision_diagonal)
+    f = jnp.float64 if X64 else jnp.float32
+    yj = jnp.asarray(y, f)
+    starts = jnp.asarray(np.random.default_rng(1).normal(size=(4, d)), f)
+
+    def potential(x):
+        return 0.5 * jnp.sum(jnp.diff(x, prepend=0.0) ** 2) / 0.02**2 + 0.5 * jnp.sum((x - yj) ** 2)
+
+    def refine(preconditioner, block_size=64):
+        return jax.jit(lambda l, s: newton_cg_refine(potential, l, s, 0, num_steps=8, num_draws=16,
+                                                     preconditioner=preconditioner, block_size=block_size,
+                                                     budget=MemoryBudget(evaluation=1, limit=2 * 64)))
+
+    def has_square(preconditioner):
+        return f"tensor<{d}x{d}x" in refine(preconditioner).lower(starts, jnp.ones_like(starts)).as_text()
+
+    assert has_square("dense") and not has_square("blocks")
+    blocks = refine("blocks")
+    locs, scales, _, at_mode = (np.asarray(v) for v in blocks(starts, jnp.ones_like(starts)))
+    assert at_mode.all()
+    err = np.abs(locs - mean) / sd
+    assert err.max() < (1e-5 if X64 else 0.05), err.max()
+    np.testing.assert_allclose(scales, np.broadcast_to(sd, (4, d)), rtol=1e-6 if X64 else 2e-3)
+    at_mode = np.asarray(refine("diagonal", 1)(starts, jnp.ones_like(starts))[3])
+    assert not at_mode.all()
+
+
+@pytest.mark.parametrize("preconditioner", sorted(PRECONDITIONERS))
 def test_newton_cg_refine_never_raises_the_potential_and_finds_a_narrow_mode(preconditioner):
     """Non-Gaussian, d = 120: a chain of Rosenbrock terms plus double wells; from 8
     random starts the potential after refinement is never above the start's. A narrow
@@ -908,7 +1002,7 @@ def test_newton_cg_refine_never_raises_the_potential_and_finds_a_narrow_mode(pre
     f = jnp.float64 if X64 else jnp.float32
     rng = np.random.default_rng(1)
     starts = jnp.asarray(rng.uniform(-2, 2, size=(8, d)), f)
-    options = dict(num_steps=8, num_draws=16, preconditioner=preconditioner)
+    options = dict(num_steps=8, num_draws=16, **PRECONDITIONERS[preconditioner])
     locs = jax.jit(lambda l, s: newton_cg_refine(potential, l, s, 0, **options))(starts, jnp.ones_like(starts))[0]
     before, after = (np.asarray(jax.vmap(potential)(v)) for v in (starts, locs))
     assert np.all(after <= before * (1 + 1e-6) + 1e-5), (before, after)
@@ -921,7 +1015,7 @@ def test_newton_cg_refine_never_raises_the_potential_and_finds_a_narrow_mode(pre
         return -jnp.logaddexp(narrow, -0.5 * jnp.sum(z**2))
 
     starts = jnp.stack([jnp.zeros(d, f), centre + 0.005 * jnp.asarray(rng.normal(size=d), f)])
-    options = dict(num_steps=4, num_draws=16, preconditioner=preconditioner)
+    options = dict(num_steps=4, num_draws=16, **PRECONDITIONERS[preconditioner])
     refine = jax.jit(lambda l, s: newton_cg_refine(spike_and_slab, l, s, 0, **options))
     locs, scales, _, at_mode = refine(starts, jnp.ones_like(starts))
     np.testing.assert_allclose(np.asarray(locs[1]), np.asarray(centre), atol=1e-5)
@@ -929,7 +1023,7 @@ def test_newton_cg_refine_never_raises_the_potential_and_finds_a_narrow_mode(pre
     assert np.asarray(at_mode).all()
 
 
-@pytest.mark.parametrize("preconditioner", ["dense", "diagonal"])
+@pytest.mark.parametrize("preconditioner", sorted(PRECONDITIONERS))
 def test_newton_cg_refine_keeps_a_fit_better_than_the_mode(preconditioner):
     """A skewed posterior, d = 120: ``U(z) = sum_i (exp(z_i) - z_i)`` (a log-Gamma(1)
     coordinate each), mode at 0, whose best Gaussian (ADVI) has mean -1/2 and standard
@@ -943,7 +1037,7 @@ def test_newton_cg_refine_keeps_a_fit_better_than_the_mode(preconditioner):
     potential = lambda z: jnp.sum(jnp.exp(z) - z)  # noqa: E731
     f = jnp.float64 if X64 else jnp.float32
     locs = jnp.asarray(np.stack([np.full(d, -0.5), np.full(d, 3.0)]), f)
-    options = dict(num_steps=8, num_draws=64, preconditioner=preconditioner)
+    options = dict(num_steps=8, num_draws=64, **PRECONDITIONERS[preconditioner])
     refine = jax.jit(lambda l, s: newton_cg_refine(potential, l, s, 0, **options))
     out_locs, out_scales, scores, at_mode = (np.asarray(v) for v in refine(locs, jnp.ones_like(locs)))
     np.testing.assert_array_equal(out_locs[0], np.asarray(locs[0]))

@@ -53,8 +53,9 @@ NEWTON_MAX_DIM = 100
 #: as many products with a ``latent_dim``-square matrix).
 DENSE_PRECONDITIONER_MAX_DIM = 4000
 #: Largest ``latent_dim`` whose initial fits are refined by Newton-CG steps; beyond
-#: :data:`DENSE_PRECONDITIONER_MAX_DIM` preconditioned by the diagonal of the Hessian at the
-#: best fit (``latent_dim`` Hessian-vector products once, none formed).
+#: :data:`DENSE_PRECONDITIONER_MAX_DIM` preconditioned by the diagonal blocks of 256 x 256
+#: of the Hessian at the best fit (``latent_dim`` Hessian-vector products once, the whole
+#: Hessian never formed).
 NEWTON_CG_MAX_DIM = 10_000
 #: Quasi-random normal points, common to all fits, of the refined fits' ELBO scores (a power of 2).
 NEWTON_SCORE_DRAWS = 64
@@ -371,8 +372,9 @@ class AutoGaussianMixture(AutoContinuous):
        ``init_newton_steps`` Newton-CG steps instead: one Hessian, at the best fit's mean,
        preconditions the conjugate gradients of every fit's steps (so a Gaussian part of the
        posterior is again solved in one step, whatever its correlations and scales; beyond
-       ``DENSE_PRECONDITIONER_MAX_DIM`` (4000) only its diagonal, computed without forming
-       it, so the steps take more products where the posterior is correlated), the
+       ``DENSE_PRECONDITIONER_MAX_DIM`` (4000) only its diagonal blocks of 256 coordinates,
+       computed without forming it, so the steps take more products where the posterior is
+       correlated across blocks), the
        standard deviations come from Hutchinson probes of the Hessian's diagonal with that
        Hessian as control variate, and each fit keeps whichever of its given and refined
        versions scores better (:func:`numpyro_gmm._kernels.init_fits.newton_cg_refine`; the
@@ -539,10 +541,10 @@ class AutoGaussianMixture(AutoContinuous):
     compilation of the initialisation about 1.5-2.5 s longer, measured on
     the ``iris`` and ``d50`` models of ``benchmarks/posteriors.py``); beyond
     ``NEWTON_MAX_DIM`` the Newton-CG refinement instead costs one Hessian (``latent_dim``
-    Hessian-vector products; beyond ``DENSE_PRECONDITIONER_MAX_DIM`` only its diagonal is
-    kept) and, per fit, at most ``init_newton_steps * 16 + 64 + 16`` Hessian-vector products
+    Hessian-vector products; beyond ``DENSE_PRECONDITIONER_MAX_DIM`` only its diagonal blocks
+    of 256 are kept) and, per fit, at most ``init_newton_steps * 16 + 64 + 16`` Hessian-vector products
     (fewer where the conjugate gradients converge sooner), as many ``d x d`` matrix-vector
-    products (none beyond ``DENSE_PRECONDITIONER_MAX_DIM``) and ``6 * init_newton_steps +
+    products (with the 256 x 256 blocks beyond ``DENSE_PRECONDITIONER_MAX_DIM``) and ``6 * init_newton_steps +
     192`` log densities (run time of the initialisation without -> with it, on the
     regressions of ``benchmarks/high_dim_init.py`` (``2 d`` rows; ``K = 2``,
     ``covariance="full"``): 0.1 -> 0.1-0.2 s at ``d = 150``, 0.9 -> 1.6 s at ``d = 1000``,
@@ -857,7 +859,7 @@ class AutoGaussianMixture(AutoContinuous):
             else:  # preconditioned by the Hessian at the best fit's mean
                 dense = self.latent_dim <= DENSE_PRECONDITIONER_MAX_DIM
                 locs, scales, scores, at_mode = newton_cg_refine(
-                    potential, locs, scales, jnp.argmax(scores), preconditioner="dense" if dense else "diagonal",
+                    potential, locs, scales, jnp.argmax(scores), preconditioner="dense" if dense else "blocks",
                     **options)
         chosen = choose_separated(locs, scales, scores, self.num_components, self.init_tolerance)
         return (locs[chosen], scales[chosen], chosen, (locs, scales, scores),
