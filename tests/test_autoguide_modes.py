@@ -777,12 +777,13 @@ def test_initial_components_exact_beyond_the_dense_preconditioner(covariance):
 
 def test_initial_components_certify_a_random_walk_beyond_the_dense_preconditioner():
     # d = 4100 > DENSE_PRECONDITIONER_MAX_DIM: a GaussianRandomWalk observed with noise
-    # (random_walk_posterior; condition number about 1e4, constant
-    # diagonal). Preconditioned by the Hessian's diagonal (the guide's choice here before),
-    # the conjugate gradients did not converge, no fit's mode was certified and the location
-    # steps stayed in absolute units, 70 conditional standard deviations each (measured:
-    # the d = 5000 random walk of benchmarks/high_dim_init.py ended 3488 nats below the
-    # evidence after 3000 steps, from 1809 at the start). The blocks of the Hessian certify
+    # (random_walk_posterior; condition number about 1e4, constant diagonal). Preconditioned
+    # by the Hessian's diagonal (the guide's choice here before), the conjugate gradients did
+    # not converge, no fit's mode was certified and the location steps stayed in absolute
+    # units, Adam's 0.01 being 0.7 conditional standard deviations here (measured with the
+    # diagonal: these means 32.9 standard deviations off; the d = 5000 random walk of
+    # benchmarks/high_dim_init.py ended 3488 nats below the evidence after 3000 steps, from
+    # 1809 at the start). The blocks of the Hessian certify
     # the modes: means within 0.05 conditional standard deviations 1 / sqrt(P_ii) of the
     # posterior mean (closed form, SciPy), units and scales those standard deviations
     d = 4100
@@ -952,8 +953,8 @@ def test_newton_cg_refine_block_preconditioner_solves_a_random_walk():
     last padded: 600 = 9 x 64 + 24) hold nearly all of its correlation, so the conjugate
     gradients converge within the steps' products and every fit is certified at the mode;
     with the Jacobi preconditioner (the guide's choice there before) none was, and the means
-    stayed up to 22 conditional standard deviations off (measured; asserted below as "not
-    all certified"). Closed form (SciPy, float64): the mean, the mean-field standard
+    stayed up to 21 conditional standard deviations off (measured, float32; asserted below
+    as "not all certified"). Closed form (SciPy, float64): the mean, the mean-field standard
     deviations ``1 / sqrt(P_ii)`` (exact: H - H_0 = 0); with a memory budget of 64
     Hessian-vector products at once, no 600 x 600 array in the program (the dense
     preconditioner's has them)."""
