@@ -12,7 +12,13 @@ from conftest import X64, regression_data, subsampled_regression
 
 import numpyro_gmm.autoguide as autoguide_module
 from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
-from numpyro_gmm._kernels.init_fits import fit_diagonal_gaussians, laplace_scale_tril, newton_refine
+from numpyro_gmm._kernels.init_fits import (
+    curvature_cov_factors,
+    fit_diagonal_gaussians,
+    hessian_preconditioner,
+    laplace_scale_tril,
+    newton_refine,
+)
 from numpyro_gmm._kernels.memory import UNBOUNDED, MemoryBudget, map_batched, peak_bytes
 
 
@@ -119,9 +125,18 @@ def test_kernels_in_chunks_give_the_values_of_one_vmap():
     for e, g in zip(free, chunked):
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=rtol, atol=rtol)
     # the Laplace factors at the refined means (NaN where not PD: compared as such)
-    free = laplace_scale_tril(potential, free[0], free[1])
-    chunked = laplace_scale_tril(potential, chunked[0], chunked[1], tight)
+    locs, scales = free[0], free[1]
+    free = laplace_scale_tril(potential, locs, scales)
+    chunked = laplace_scale_tril(potential, locs, scales, tight)
     np.testing.assert_allclose(np.asarray(chunked), np.asarray(free), rtol=rtol, atol=rtol)
+    # the low-rank factors from conjugate-gradient products (one solve, one component at a time)
+
+    def factors(budget):
+        preconditioner = hessian_preconditioner(potential, locs[0], scales[0], budget=budget)
+        return curvature_cov_factors(potential, locs, scales, 2, jnp.ones(6, bool), jnp.zeros((6, 3, 2)),
+                                     preconditioner, budget=budget)
+
+    np.testing.assert_allclose(np.asarray(factors(tight)), np.asarray(factors(UNBOUNDED)), rtol=rtol, atol=rtol)
 
 
 def logistic_model(X, y):

@@ -93,11 +93,22 @@ the same line search keeps ``U`` from rising. Standard deviations come from Hutc
 estimate of the Hessian's diagonal with the Hessian at the best fit as control variate, and
 each fit keeps whichever of its given and refined versions scores better (a mode is not the
 best Gaussian mean of a skewed posterior).
+
+**Low-rank factors** (:func:`principal_cov_factor`, for ``covariance="lowrank"``). At a
+certified mode the component starts as the mean-field Gaussian with standard deviations
+``s`` plus ``W W^T``, ``W`` the probabilistic-PCA factor of the Laplace covariance
+:math:`H^{-1}` in the units ``s`` (its ``r`` leading directions, each with the variance it
+has in excess of the mean field's). Its products :math:`H^{-1} V` are exact with the Newton
+refinement's Laplace factors (:func:`laplace_cov_factors`) and conjugate-gradient solves with
+the Newton-CG refinement's preconditioner beyond (:func:`curvature_cov_factors`); the leading
+eigenpairs come from a randomised Nystrom approximation with LAPACK-free orthonormalisation
+and eigensolver (:mod:`numpyro_gmm._kernels.eigen`).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -105,6 +116,7 @@ import numpy as np
 from jax import lax
 
 from . import prng
+from .eigen import nystrom_eigenpairs, orthonormal_columns
 from .gaussian import cholesky_of_inverse
 from .memory import UNBOUNDED, MemoryBudget, map_batched
 from .mixing import normal_quantile, sobol_points
@@ -307,10 +319,52 @@ def conjugate_gradient(hvp, g: Array, precondition, num_iterations: int, toleran
     return jnp.where(stalled, -precondition(g), x), converged
 
 
+class HessianPreconditioner(NamedTuple):
+    """The preconditioner of :func:`newton_cg_refine` from the Hessian :math:`H_0` at one
+    point (:func:`hessian_preconditioner`): ``apply(r) = P r`` (``(d,) -> (d,)``, ``P``
+    symmetric positive definite, near :math:`H_0^{-1}`), ``product(v) = H_0 v`` and
+    ``diagonal``, the diagonal of :math:`H_0` ``(d,)``."""
+
+    apply: Callable[[Array], Array]
+    product: Callable[[Array], Array]
+    diagonal: Array
+
+
+def hessian_preconditioner(potential_fn, point: Array, fallback: Array, kind: str = "dense", *,
+                           block_size: int = PRECONDITIONER_BLOCK,
+                           budget: MemoryBudget = UNBOUNDED) -> HessianPreconditioner:
+    """The :class:`HessianPreconditioner` of kind ``"dense"``, ``"blocks"`` or ``"diagonal"``
+    (see :func:`newton_cg_refine`) from the Hessian of ``potential_fn`` at ``point (d,)``,
+    ``fallback (d,)`` the standard deviations where it is not positive definite; else
+    ``ValueError``. Cost: ``d`` Hessian-vector products (``columns_at_once`` within
+    ``budget``), and a ``d x d`` factorisation (dense) or ``d / b`` of ``b x b`` (blocks)."""
+    d = point.shape[-1]
+    dtype = point.dtype
+    columns_at_once = budget.batch(2, d)
+    if kind == "dense":
+        h0, _ = _hessian_and_grad(potential_fn, columns_at_once)(point)
+        h0 = 0.5 * (h0 + h0.T)
+        factor = laplace_or_diagonal(cholesky_of_inverse(h0), fallback)
+        return HessianPreconditioner(lambda r: factor @ (factor.T @ r), lambda v: h0 @ v, jnp.diagonal(h0))
+    if kind in ("blocks", "diagonal"):
+        size = 1 if kind == "diagonal" else min(block_size, d)
+        _, hvp0 = jax.linearize(jax.grad(potential_fn), point)
+        blocks = hessian_blocks(hvp0, d, size, dtype, columns_at_once)
+        num_blocks = blocks.shape[0]
+        factor = block_factors(blocks, _pad(fallback, num_blocks * size, 1.0))
+
+        def apply(r):
+            r = _pad(r, num_blocks * size, 0.0).reshape(num_blocks, size)
+            return jnp.einsum("nij,nj->ni", factor, jnp.einsum("nji,nj->ni", factor, r)).reshape(-1)[:d]
+
+        return HessianPreconditioner(apply, hvp0, jnp.diagonal(blocks, axis1=-2, axis2=-1).reshape(-1)[:d])
+    raise ValueError(f"preconditioner must be 'dense', 'blocks' or 'diagonal', got {kind!r}")
+
+
 def newton_cg_refine(potential_fn, locs: Array, scales: Array, reference: Array, *, num_steps: int,
                      num_draws: int, budget: MemoryBudget = UNBOUNDED, cg_iterations: int = CG_ITERATIONS,
                      num_probes: int = DIAGONAL_PROBES, certify_iterations: int = CERTIFY_ITERATIONS,
-                     preconditioner: str = "dense", block_size: int = PRECONDITIONER_BLOCK):
+                     preconditioner: str | HessianPreconditioner = "dense", block_size: int = PRECONDITIONER_BLOCK):
     r"""Newton-CG refinement of ``M`` fits, their scales and scores: :func:`newton_refine`
     where ``d`` Hessian-vector products per fit and step cost too much.
 
@@ -372,8 +426,9 @@ def newton_cg_refine(potential_fn, locs: Array, scales: Array, reference: Array,
     :param reference: ``()`` integer, the fit whose mean is the point of :math:`H_0`.
     :param budget: working memory (:mod:`.memory`: a Hessian-vector product counted as two
         gradients).
-    :param preconditioner: ``"dense"``, ``"blocks"`` or ``"diagonal"`` (above); else
-        ``ValueError``.
+    :param preconditioner: ``"dense"``, ``"blocks"`` or ``"diagonal"`` (above; else
+        ``ValueError``), or a :class:`HessianPreconditioner` made by
+        :func:`hessian_preconditioner` (then ``reference`` and ``block_size`` are not used).
     :param block_size: ``b`` of ``"blocks"`` (default :data:`PRECONDITIONER_BLOCK`; at most ``d``).
     :return: ``(locs (M, d), scales (M, d), scores (M,), at_mode (M,))``.
 
@@ -392,30 +447,12 @@ def newton_cg_refine(potential_fn, locs: Array, scales: Array, reference: Array,
     # would otherwise fold while compiling (seconds for a 4000 x 2000 design matrix)
     probes = lax.optimization_barrier(jnp.asarray(rademacher_probes(num_probes, d), dtype))
     gradient = jax.grad(potential_fn)
-
-    columns_at_once = budget.batch(2, d)
-    if preconditioner == "dense":
-        h0, _ = _hessian_and_grad(potential_fn, columns_at_once)(locs[reference])
-        h0 = 0.5 * (h0 + h0.T)
-        factor = laplace_or_diagonal(cholesky_of_inverse(h0), scales[reference])
-        h0_diagonal, h0_probes = jnp.diagonal(h0), probes @ h0  # H0 z_p (h0 symmetric)
-
-        def precondition(r):
-            return factor @ (factor.T @ r)
-    elif preconditioner in ("blocks", "diagonal"):
-        size = 1 if preconditioner == "diagonal" else min(block_size, d)
-        _, hvp0 = jax.linearize(gradient, locs[reference])
-        blocks = hessian_blocks(hvp0, d, size, dtype, columns_at_once)
-        num_blocks = blocks.shape[0]
-        h0_diagonal = jnp.diagonal(blocks, axis1=-2, axis2=-1).reshape(-1)[:d]
-        h0_probes = map_batched(hvp0, columns_at_once, probes)
-        factor = block_factors(blocks, _pad(scales[reference], num_blocks * size, 1.0))
-
-        def precondition(r):
-            r = _pad(r, num_blocks * size, 0.0).reshape(num_blocks, size)
-            return jnp.einsum("nij,nj->ni", factor, jnp.einsum("nji,nj->ni", factor, r)).reshape(-1)[:d]
-    else:
-        raise ValueError(f"preconditioner must be 'dense', 'blocks' or 'diagonal', got {preconditioner!r}")
+    if not isinstance(preconditioner, HessianPreconditioner):
+        preconditioner = hessian_preconditioner(potential_fn, locs[reference], scales[reference], preconditioner,
+                                                block_size=block_size, budget=budget)
+    precondition = preconditioner.apply
+    h0_diagonal = preconditioner.diagonal
+    h0_probes = map_batched(preconditioner.product, budget.batch(2, num_probes), probes)  # H0 z_p
 
     def plan(m, iterations):  # the Newton-CG step from m, the certificate, the Hessian at m
         g, hvp = jax.linearize(gradient, m)
@@ -617,6 +654,131 @@ def laplace_scale_tril(potential_fn, locs: Array, scales: Array, budget: MemoryB
     # see numpyro_gmm._kernels.gaussian); NaN where H is not positive definite
     hessians = 0.5 * (hessians + jnp.swapaxes(hessians, -1, -2))
     return laplace_or_diagonal(cholesky_of_inverse(hessians), scales, usable)
+
+
+#: Columns of :func:`principal_cov_factor`'s test matrix beyond the rank (oversampling;
+#: Halko, Martinsson and Tropp, *SIAM Rev.* 53, 2011, sec. 4.2).
+NYSTROM_OVERSAMPLE = 10
+
+
+@lru_cache(maxsize=16)
+def nystrom_test_matrix(d: int, m: int) -> np.ndarray:
+    """``(d, m)`` float64 orthonormal columns, fixed (the QR factor of a NumPy standard
+    normal matrix of seed 0, computed once by NumPy: a constant of the program); read-only."""
+    q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((d, m)))
+    q.setflags(write=False)
+    return q
+
+
+def principal_cov_factor(cov_products, units: Array, rank: int, min_scale: float = 0.0,
+                         oversample: int = NYSTROM_OVERSAMPLE, power_steps: int = 2) -> Array:
+    r"""``(d, rank)``: the factor ``W`` of the best low-rank correction of a mean-field
+    Gaussian towards a covariance ``C`` known by its products, in the coordinates scaled by
+    ``units``.
+
+    In those coordinates (``x_i / u_i``) the covariance is
+    :math:`C_u = U^{-1} C U^{-1}`, ``U = diag(units)``, and the mean-field Gaussian that the
+    guide starts from has covariance ``I`` (``units`` are its standard deviations). With
+    :math:`(\lambda_i, v_i)` the ``rank`` largest eigenpairs of :math:`C_u`,
+
+    .. math::
+
+        W = [v_1, \dots, v_r] \operatorname{diag}\big(\sqrt{\max(\lambda_i - 1, 0)}\big),
+
+    so that ``I + W W^T`` has :math:`C_u`'s variance :math:`\lambda_i` along each
+    :math:`v_i` and the mean-field one elsewhere: the maximum-likelihood factor of
+    probabilistic PCA with noise variance 1 (Tipping and Bishop, *J. R. Stat. Soc. B* 61,
+    1999, eq. 7); with ``min_scale`` ``> 0`` each column's length is at least ``min_scale``
+    (variance ``max(lambda_i, 1 + min_scale^2)``: a factor of zero is a stationary point
+    of the ELBO in ``W``, which only the gradient's noise leaves). The eigenpairs are those
+    of the randomised Nystrom approximation
+    (:func:`~numpyro_gmm._kernels.eigen.nystrom_eigenpairs`),
+    :math:`(C_u Q)(Q^T C_u Q)^{-1}(C_u Q)^T` (Halko, Martinsson and Tropp, *SIAM Rev.* 53,
+    2011, secs. 4.5 and 5.4) for ``Q`` the orthonormal columns of
+    :math:`C_u^q Q_1` after ``q = power_steps`` power steps (each orthonormalised:
+    :func:`~numpyro_gmm._kernels.eigen.orthonormal_columns`), ``Q_1`` the fixed orthonormal
+    ``d x m`` :func:`nystrom_test_matrix` (``m = rank + oversample``, at most ``d``):
+    ``(q + 1) m`` products with ``C``. Measured (float64, NumPy, KL divergence in closed
+    form; the mean-field Gaussian / this factor with ``q`` = 0, 1, 2, 3 / the exact
+    eigenpairs): the posterior of the ``d = 2000`` regression of
+    ``benchmarks/high_dim_init.py`` (rank 45) 390.7 / 371.5, 360.9, 358.0, 356.8 / 355.2 (the
+    best Gaussian of the family, by L-BFGS: 355.0); its ``d = 5000`` random walk (rank 71)
+    1683.4 / 1463.3, 1447.3, 1446.0, 1445.7 / 1445.5. ``q = 2`` is the default: a spectrum
+    that decays slowly (the regression) gains from it, and it costs a third more products.
+
+    :param cov_products: ``(d, m) -> (d, m)``, ``V -> C V`` in the model's coordinates.
+    :param units: ``(d,)`` positive.
+    :param rank: ``r`` (columns beyond ``d`` are zero).
+    :param min_scale: the columns' least length (above).
+    :param oversample: ``m - rank``; :param power_steps: ``q`` (above).
+    """
+    d = units.shape[-1]
+    m = min(rank + oversample, d)
+    q1 = lax.optimization_barrier(jnp.asarray(nystrom_test_matrix(d, m), units.dtype))
+
+    def scaled(v):  # C_u V
+        return cov_products(v / units[:, None]) / units[:, None]
+
+    q2 = q1
+    for _ in range(power_steps):
+        q2 = orthonormal_columns(scaled(q2))
+    values, vectors = nystrom_eigenpairs(q2, scaled(q2))
+    w = vectors[:, :rank] * jnp.sqrt(jnp.maximum(values[:rank] - 1.0, min_scale**2))
+    return jnp.pad(w, ((0, 0), (0, rank - w.shape[-1])))
+
+
+def _usable_factors(factors: Array, usable: Array, fallback: Array) -> Array:
+    """``factors (K, d, r)`` where ``usable (K,)`` and finite, ``fallback`` elsewhere."""
+    keep = usable & jnp.all(jnp.isfinite(factors), axis=(-2, -1))
+    return jnp.where(keep[:, None, None], factors, fallback)
+
+
+def laplace_cov_factors(laplace: Array, units: Array, rank: int, usable: Array, fallback: Array,
+                        min_scale: float = 0.0) -> Array:
+    """``(K, d, rank)`` low-rank factors in the model's coordinates, ``units * W``
+    (:func:`principal_cov_factor`) of the Laplace covariances ``C = S S^T`` given by their
+    lower Cholesky factors ``laplace (K, d, d)`` (:func:`newton_refine`), where ``usable
+    (K,)``; ``fallback (K, d, rank)`` elsewhere and where not finite (``min_scale`` as
+    there)."""
+
+    def factor(chol, unit):
+        return unit[:, None] * principal_cov_factor(lambda v: chol @ (chol.T @ v), unit, rank, min_scale)
+
+    return _usable_factors(jax.vmap(factor)(laplace, units), usable, fallback)
+
+
+def curvature_cov_factors(potential_fn, locs: Array, units: Array, rank: int, usable: Array, fallback: Array,
+                          preconditioner: HessianPreconditioner, *, min_scale: float = 0.0,
+                          budget: MemoryBudget = UNBOUNDED, cg_iterations: int = CERTIFY_ITERATIONS,
+                          tolerance: float = CG_TOLERANCE) -> Array:
+    """``(K, d, rank)`` low-rank factors in the model's coordinates, ``units * W``
+    (:func:`principal_cov_factor`) of the Laplace covariances :math:`H_k^{-1}` at ``locs
+    (K, d)`` (``H_k`` the Hessian of ``potential_fn``), where ``usable (K,)`` (a certified
+    mode, :func:`newton_cg_refine`); ``fallback (K, d, rank)`` elsewhere and where not
+    finite (``min_scale`` as there). Each product :math:`H_k^{-1} v` is a :func:`conjugate_gradient` solve (at most
+    ``cg_iterations`` Hessian-vector products, relative residual ``tolerance``) with
+    ``preconditioner``'s ``P`` (:func:`hessian_preconditioner`), so no ``d x d`` matrix is
+    formed. Cost per component: ``2 m`` solves (``m = rank + NYSTROM_OVERSAMPLE``, at most
+    ``d``; within ``budget``, a Hessian-vector product counted as two gradients), ``O(d m^2)``
+    for the orthonormal columns and ``O(m^3)`` per sweep of the eigensolver."""
+    K, d = locs.shape
+    m = min(rank + NYSTROM_OVERSAMPLE, d)
+    columns_at_once = budget.batch(2, m)
+    gradient = jax.grad(potential_fn)
+
+    def factor(loc, unit):
+        _, hvp = jax.linearize(gradient, loc)
+
+        def solve(b):  # H x = b
+            return conjugate_gradient(hvp, -b, preconditioner.apply, cg_iterations, tolerance)[0]
+
+        def cov_products(v):
+            return map_batched(solve, columns_at_once, v.T).T
+
+        return unit[:, None] * principal_cov_factor(cov_products, unit, rank, min_scale)
+
+    factors = map_batched(factor, budget.batch(2 * columns_at_once, K), locs, units)
+    return _usable_factors(factors, usable, fallback)
 
 
 def is_factor(factor: Array) -> Array:
