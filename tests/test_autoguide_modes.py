@@ -27,7 +27,9 @@ from numpyro_gmm._kernels.init_fits import (
     bhattacharyya_distance,
     choose_separated,
     conjugate_gradient,
+    curvature_cov_factors,
     fit_diagonal_gaussians,
+    hessian_preconditioner,
     is_factor,
     laplace_scale_tril,
     location_units,
@@ -770,9 +772,42 @@ def test_initial_components_exact_beyond_the_dense_preconditioner(covariance):
         np.testing.assert_allclose(np.asarray(params["auto_scale"]), mean_field, rtol=rtol)
     else:
         np.testing.assert_allclose(np.asarray(params["auto_cov_diag"]), mean_field**2, rtol=2 * rtol)
-        rank = params["auto_cov_factor"].shape[-1]
-        g = np.random.default_rng(0).standard_normal((2, d, rank)) / np.sqrt(rank)
-        np.testing.assert_allclose(np.asarray(params["auto_cov_factor"]), 0.1 * g, rtol=rtol, atol=1e-6)
+        # the factor from the Laplace covariance's leading eigenpairs (randomised Nystrom):
+        # at least 60% of the gap between the mean-field start and the exact probabilistic-PCA
+        # factor of the same rank (measured 79%, float32: KL 200.4 against 217.0 and 196.0);
+        # before, a small random factor (0.1 G / sqrt(rank) in units): KL above the mean field's
+        for k in range(2):
+            kl, mean_field_kl, ppca_kl = tridiagonal_lowrank_kls(params, np.diag(precision), np.diag(precision, 1), k)
+            assert kl < ppca_kl + 0.4 * (mean_field_kl - ppca_kl), (kl, mean_field_kl, ppca_kl)
+
+
+def tridiagonal_lowrank_kls(params, diagonal, off_diagonal, k):
+    """``(KL(q_k || p), KL(mean field || p), KL(PPCA || p))`` without the means' term: ``q_k``
+    the low-rank guide's component ``k`` (``params``; covariance ``diag(cov_diag) + W W^T``,
+    ``W = locs_unit * cov_factor``), the mean-field Gaussian ``diag(1 / P_ii)`` and the best
+    rank-``r`` probabilistic-PCA correction of it, ``S (I + V diag(lambda - 1) V^T) S``
+    (``(lambda, V)`` the ``r`` largest eigenpairs of ``S^-1 P^-1 S^-1``, ``S = diag(P_ii)^-1/2``),
+    for a Gaussian ``p`` with the tridiagonal precision ``P`` (``diagonal``, ``off_diagonal``).
+    Closed forms in the scaled coordinates, ``A = S P S``: ``KL = (tr(A C) - d - log det C -
+    log det A) / 2`` with SciPy's banded Cholesky and tridiagonal eigensolver (float64)."""
+    from scipy import linalg
+
+    d = diagonal.shape[0]
+    s = 1 / np.sqrt(diagonal)
+    off = off_diagonal * s[:-1] * s[1:]  # A's off-diagonal; its diagonal is 1
+    log_det_a = 2 * np.sum(np.log(linalg.cholesky_banded(np.vstack([np.r_[0.0, off], np.ones(d)]))[1]))
+    unit = np.asarray(params["auto_locs_unit"][k], np.float64)
+    w = np.asarray(params["auto_cov_factor"][k], np.float64) * (unit / s)[:, None]
+    var = np.asarray(params["auto_cov_diag"][k], np.float64) / s**2
+    a_w = w.copy()
+    a_w[:-1] += off[:, None] * w[1:]
+    a_w[1:] += off[:, None] * w[:-1]
+    log_det_c = np.sum(np.log(var)) + np.linalg.slogdet(np.eye(w.shape[1]) + (w / var[:, None]).T @ w)[1]
+    kl = 0.5 * (np.sum(var) + np.sum(w * a_w) - d - log_det_c - log_det_a)
+    lam = 1 / linalg.eigh_tridiagonal(np.ones(d), off, select="i", select_range=(0, w.shape[1] - 1),
+                                      eigvals_only=True)
+    lam = np.maximum(lam, 1.0)
+    return kl, -0.5 * log_det_a, 0.5 * (np.sum(1 - 1 / lam) - np.sum(np.log(lam)) - log_det_a)
 
 
 def test_initial_components_certify_a_random_walk_beyond_the_dense_preconditioner():
@@ -985,6 +1020,46 @@ def test_newton_cg_refine_block_preconditioner_solves_a_random_walk():
     np.testing.assert_allclose(scales, np.broadcast_to(sd, (4, d)), rtol=1e-6 if X64 else 2e-3)
     at_mode = np.asarray(refine("diagonal", 1)(starts, jnp.ones_like(starts))[3])
     assert not at_mode.all()
+
+
+def test_curvature_cov_factors_capture_a_random_walk_without_a_dense_matrix():
+    """The low-rank factors of ``covariance="lowrank"`` beyond NEWTON_MAX_DIM: at the mode of
+    the d = 600 random walk's posterior (random_walk_posterior; correlation length 50 steps,
+    so far from the mean field: KL 202 nats), products with the Laplace covariance by
+    conjugate gradients preconditioned by the Hessian's diagonal blocks of 64, and the
+    randomised Nystrom approximation of its leading eigenpairs (rank 24). Against the exact
+    probabilistic-PCA factor of that rank (SciPy's tridiagonal eigensolver, float64, through
+    tridiagonal_lowrank_kls): at least 90% of its gain over the mean field (measured 99.95%
+    in both float passes: KL 137.59 against 137.56; a random small factor, the guide's start
+    before, adds to the mean field's 202.0). A component not usable (not at a certified
+    mode) keeps the fallback, and with a budget of 64 Hessian-vector products no 600 x 600
+    array is in the program."""
+    d, rank = 600, 24
+    y, mean, precision_diagonal = random_walk_posterior(d, 0.02)
+    sd = 1 / np.sqrt(precision_diagonal)
+    f = jnp.float64 if X64 else jnp.float32
+    yj = jnp.asarray(y, f)
+
+    def potential(x):
+        return 0.5 * jnp.sum(jnp.diff(x, prepend=0.0) ** 2) / 0.02**2 + 0.5 * jnp.sum((x - yj) ** 2)
+
+    budget = MemoryBudget(evaluation=1, limit=2 * 64)
+    locs, units = jnp.asarray(np.stack([mean, mean]), f), jnp.asarray(np.stack([sd, sd]), f)
+    fallback = jnp.full((2, d, rank), 0.5, f)
+
+    def factors(locs, units):
+        preconditioner = hessian_preconditioner(potential, locs[0], units[0], "blocks", block_size=64, budget=budget)
+        return curvature_cov_factors(potential, locs, units, rank, jnp.array([True, False]), fallback,
+                                     preconditioner, min_scale=0.1, budget=budget)
+
+    lowered = jax.jit(factors).lower(locs, units)
+    assert f"tensor<{d}x{d}x" not in lowered.as_text()
+    w = np.asarray(lowered.compile()(locs, units), np.float64)
+    np.testing.assert_array_equal(w[1], 0.5)
+    params = {"auto_cov_factor": w / sd[:, None], "auto_locs_unit": sd[None], "auto_cov_diag": sd[None] ** 2}
+    upper_off = -np.ones(d - 1) / 0.02**2
+    kl, mean_field_kl, ppca_kl = tridiagonal_lowrank_kls(params, precision_diagonal, upper_off, 0)
+    assert kl < ppca_kl + 0.1 * (mean_field_kl - ppca_kl), (kl, mean_field_kl, ppca_kl)
 
 
 @pytest.mark.parametrize("preconditioner", sorted(PRECONDITIONERS))

@@ -96,6 +96,27 @@ def test_no_lapack_call_in_log_prob_or_precision():
     _assert_no_lapack(lambda t: dense(t).component_distribution.precision_matrix, t)
 
 
+@pytest.mark.parametrize("d", [5, 120])
+def test_no_lapack_call_in_the_guide_initialisation(d):
+    """AutoGaussianMixture's initialisation (fits, Newton or Newton-CG refinement, the
+    Laplace factors, the low-rank factors' orthonormalisation and eigensolver) for each
+    ``covariance``: ``d = 5`` takes the Newton refinement, ``d = 120`` the Newton-CG one."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    from numpyro_gmm import AutoGaussianMixture
+
+    def model():
+        numpyro.sample("z", dist.Normal(jnp.zeros(d, ftype()), 1.0).to_event(1))
+
+    for covariance in ("full", "diag", "lowrank"):
+        guide = AutoGaussianMixture(model, num_components=2, covariance=covariance, num_init_fits=4,
+                                    init_fit_steps=2, init_newton_steps=1)
+        with numpyro.handlers.seed(rng_seed=0):
+            guide()
+        _assert_no_lapack(guide.initial_components, jax.random.PRNGKey(0))
+
+
 SCRIPT = textwrap.dedent(
     """
     import jax, jax.numpy as jnp, numpy as np

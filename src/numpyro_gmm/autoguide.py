@@ -24,8 +24,11 @@ from numpyro.util import not_jax_tracer
 from ._kernels import prng
 from ._kernels.init_fits import (
     choose_separated,
+    curvature_cov_factors,
     fit_diagonal_gaussians,
+    hessian_preconditioner,
     is_factor,
+    laplace_cov_factors,
     laplace_or_diagonal,
     laplace_scale_tril,
     location_units,
@@ -416,7 +419,9 @@ class AutoGaussianMixture(AutoContinuous):
        ``latent_dim`` gradient evaluations per component, see
        :func:`numpyro_gmm._kernels.init_fits.laplace_scale_tril`), otherwise with the
        fit's standard deviations ``s`` (``scale = s``; ``cov_diag = s^2`` for
-       ``covariance="lowrank"``); the weights start equal.
+       ``covariance="lowrank"``, with the Laplace covariance's leading directions as
+       ``cov_factor`` at a certified mode: **The start of the low-rank factors** below); the
+       weights start equal.
 
     **Locations.** Component ``k``'s mean is ``locs_origin + locs_unit * locs_offset``
     (per coordinate), and only the offset is optimised: the origin is the initial mean and the
@@ -514,7 +519,8 @@ class AutoGaussianMixture(AutoContinuous):
     ``benchmarks/high_dim_init.py`` (posterior standard deviations ``3e-4 .. 0.6``) the guide
     started 392 nats below the evidence (the best diagonal Gaussian: 390.7) and ended
     1.4e6 below after 3000 steps of ``Adam(0.01)`` (AutoLowRankMultivariateNormal: 9.8e6);
-    now 392.9 (medians of three seeds). The units also set how fast ``W`` learns
+    in the units, 392.9 (medians of three seeds; from the small start of ``W`` that preceded
+    the curvature's start below, which ends at 365.4). The units also set how fast ``W`` learns
     correlations the start lacks, relative to the coordinates' refined (conditional) widths:
     on ``N(m, 0.3^2 I + U U^T)`` (``d = 200``, ``U`` rank 4 with standard normal entries,
     ``Adam(0.02)``, one component, KL in closed form) from KL 13.4 at the start, 5.6 / 3.4 /
@@ -527,6 +533,32 @@ class AutoGaussianMixture(AutoContinuous):
     covariance part that ``W`` has to learn from its small start, KL 10.8 at the start,
     then 17.7 / 7.0 after 6000 steps at ``d = 200`` (lr 0.02; scales 0.1 and 0.3: 6.6 and
     7.3) and 110 / 18.7 after 2000 at ``d = 1000`` (lr 0.01).
+
+    **The start of the low-rank factors.** Where the refinement certified a mode, ``W``
+    starts from the Laplace covariance there: in the location units (the refined mean-field
+    standard deviations, in which the start's ``cov_diag`` is 1),
+    ``W = V diag(sqrt(max(lambda - 1, 0.1^2)))`` with ``(lambda, V)`` the ``rank`` leading
+    eigenpairs of the scaled Laplace covariance (probabilistic PCA with unit noise: the
+    variance the mean field lacks along the posterior's widest directions; each column at
+    least ``LOWRANK_INIT_FACTOR = 0.1`` long, since ``W = 0`` is a stationary point), from a
+    randomised Nystrom approximation with ``3 (rank + 10)`` products with the Laplace
+    covariance (exact ones from the Newton refinement's factors up to ``NEWTON_MAX_DIM``,
+    conjugate-gradient solves with the Newton-CG refinement's preconditioner beyond; no
+    ``d x d`` matrix beyond ``DENSE_PRECONDITIONER_MAX_DIM``) and a LAPACK-free eigensolver
+    (:func:`numpyro_gmm._kernels.init_fits.principal_cov_factor`). Elsewhere it starts small
+    (see ``{prefix}_cov_factor`` below). Measured (``benchmarks/high_dim_init.py
+    --covariance lowrank``, ``K = 2``, 3 seeds, 3000 steps of ``Adam(0.01)``, medians of the
+    gap below the evidence; from the small start -> from the curvature's): the ``d = 2000``
+    regression starts 392.5 -> 358.4 nats below and ends 392.9 -> 365.4 (the best diagonal
+    Gaussian: 390.7, the best Gaussian of the family 355.0); a ``d = 5000`` random walk
+    1689 -> 1446 and 1690.2 -> 1462.8 (best diagonal 1683, the exact eigenpairs' factor
+    1445.5); a ``d = 5001`` hierarchical model 5.52 -> 0.129 (the small factor's random
+    correlations cost 5.4 nats there) and 0.31 -> 0.36 after the steps. The initialisation
+    took 2-4 s longer on those models (12.3, 9.7, 9.9 s against 10.1, 6.5, 5.7 s). The
+    steps drift from the start by 1-2% of the gap (the one-particle gradients' noise; a
+    quarter of the default ``cov_factor_step_scale`` removed a third of that drift on a
+    ``d = 1000`` regression: 171.8 -> 174.9 at the default, 173.8 at a quarter, one seed;
+    the default was kept for the factors that start small).
 
     Cost: ``2 * M * init_fit_steps`` evaluations of the model's log density and its
     gradient, once, vectorised over the ``M`` fits (with the defaults and ``K = 2``: 12,800,
@@ -548,7 +580,11 @@ class AutoGaussianMixture(AutoContinuous):
     192`` log densities (run time of the initialisation without -> with it, on the
     regressions of ``benchmarks/high_dim_init.py`` (``2 d`` rows; ``K = 2``,
     ``covariance="full"``): 0.1 -> 0.1-0.2 s at ``d = 150``, 0.9 -> 1.6 s at ``d = 1000``,
-    4.0 -> 5.8 s at ``d = 2000``; compilation 1.9-2.5 s longer); plus one
+    4.0 -> 5.8 s at ``d = 2000``; compilation 1.9-2.5 s longer); for
+    ``covariance="lowrank"`` at a certified mode, ``3 (rank + 10)`` products with the
+    Laplace covariance per component (beyond ``NEWTON_MAX_DIM`` each a conjugate-gradient
+    solve of at most 64 Hessian-vector products) and a ``(rank + 10)``-square eigensolver
+    (2-4 s more on the models above, mostly compilation); plus one
     compilation of the fits, which
     dominates for small models (25 s for a scalar model on a heavily loaded 2-core
     machine, where compiling one ``TraceEntropy_ELBO`` update took 48 s). That compilation
@@ -619,8 +655,12 @@ class AutoGaussianMixture(AutoContinuous):
       ``softplus_positive``), initialised to the squares of the standard deviations above,
       and ``{prefix}_cov_factor`` ``(K, latent_dim, rank)`` (real, optimised through
       ``cov_factor_step_scale * u``, see above; in the location units: the component's
-      ``W_k`` is ``locs_unit_k[:, None]`` times it), initialised so that ``W_k`` is
-      ``LOWRANK_INIT_FACTOR * s_k * G_k / sqrt(rank)`` (``0.1``; ``s_k`` the standard
+      ``W_k`` is ``locs_unit_k[:, None]`` times it), initialised, where the refinement
+      certified a mode, from the Laplace covariance there (**The start of the low-rank
+      factors** above: its
+      ``rank`` leading directions in the location units, each column at least
+      ``LOWRANK_INIT_FACTOR = 0.1`` long), elsewhere (and for ``init_method="spread"``) so
+      that ``W_k`` is ``LOWRANK_INIT_FACTOR * s_k * G_k / sqrt(rank)`` (``s_k`` the standard
       deviations, ``G_k`` fixed standard normal draws from a NumPy seed): small, so the
       initial components are the fits' (marginal variances larger by about 1%), but not
       zero, because ``q`` is unchanged by ``W -> -W``: ``W = 0`` is a stationary point of
@@ -835,9 +875,11 @@ class AutoGaussianMixture(AutoContinuous):
     def _fits_and_curvature(self, rng_key, args: tuple, kwargs: dict):
         """:meth:`initial_fits` and the lower Cholesky factors ``(K, d, d)`` of the chosen
         fits' Laplace covariances (inverse Hessians) from the Newton refinement (NaN where
-        the Hessian is not positive definite; ``None`` where the refinement did not run), and
-        the memory budget the kernels used (:meth:`_memory_budget`), for the model's
-        arguments ``args``, ``kwargs``."""
+        the Hessian is not positive definite; ``None`` where the refinement did not run),
+        whether each chosen fit is at a certified mode (``None`` likewise), the memory budget
+        the kernels used (:meth:`_memory_budget`), the potential, and the Newton-CG
+        refinement's :class:`~numpyro_gmm._kernels.init_fits.HessianPreconditioner`
+        (``None`` where it did not run), for the model's arguments ``args``, ``kwargs``."""
         start_key, fit_key = prng.split(rng_key)
         starts = self.starting_points(start_key, *args, **kwargs)
         potential = self._latent_potential(args, kwargs)
@@ -846,7 +888,7 @@ class AutoGaussianMixture(AutoContinuous):
             potential, starts, jnp.log(self._init_scale), fit_key,
             num_steps=self.init_fit_steps, learning_rate=self.init_fit_lr, num_particles=2, budget=budget,
         )
-        laplace = at_mode = None
+        laplace = at_mode = preconditioner = None
         if self.init_newton_steps and self.latent_dim <= NEWTON_CG_MAX_DIM:
             # the starting points are candidates too: a fit does not stay in a mode narrower
             # than Adam's steps, which Newton's steps from a start inside it find
@@ -857,14 +899,15 @@ class AutoGaussianMixture(AutoContinuous):
                 locs, scales, scores, laplace = newton_refine(potential, locs, scales, **options)
                 at_mode = is_factor(laplace)
             else:  # preconditioned by the Hessian at the best fit's mean
-                dense = self.latent_dim <= DENSE_PRECONDITIONER_MAX_DIM
+                best = jnp.argmax(scores)
+                kind = "dense" if self.latent_dim <= DENSE_PRECONDITIONER_MAX_DIM else "blocks"
+                preconditioner = hessian_preconditioner(potential, locs[best], scales[best], kind, budget=budget)
                 locs, scales, scores, at_mode = newton_cg_refine(
-                    potential, locs, scales, jnp.argmax(scores), preconditioner="dense" if dense else "blocks",
-                    **options)
+                    potential, locs, scales, best, preconditioner=preconditioner, **options)
         chosen = choose_separated(locs, scales, scores, self.num_components, self.init_tolerance)
         return (locs[chosen], scales[chosen], chosen, (locs, scales, scores),
                 None if laplace is None else laplace[chosen], None if at_mode is None else at_mode[chosen],
-                budget, potential)
+                budget, potential, preconditioner)
 
     # -- parameters -----------------------------------------------------------------------
 
@@ -873,28 +916,42 @@ class AutoGaussianMixture(AutoContinuous):
         return self._init_latent + jnp.asarray(offsets, dtype=jnp.result_type(self._init_latent))
 
     def initial_components(self, rng_key, *args, **kwargs):
-        """``(locs (K, d), scales (K, d), scale_tril (K, d, d) or None, units (K, d))`` of the
-        initial components of ``init_method="fits"`` (steps 1-4 of the class docstring) for
-        the model's arguments ``args``, ``kwargs`` (where none are given, those of the
-        guide's first call); the Laplace factors only for ``covariance="full"``; ``units`` the
-        units of the location steps (``locs_unit``, see **Locations** in the class
-        docstring). Needs the guide's prototype."""
+        """``(locs (K, d), scales (K, d), factor, units (K, d))`` of the initial components of
+        ``init_method="fits"`` (steps 1-4 of the class docstring) for the model's arguments
+        ``args``, ``kwargs`` (where none are given, those of the guide's first call):
+        ``factor`` the Laplace factors ``scale_tril (K, d, d)`` for ``covariance="full"``,
+        the low-rank factors ``W (K, d, rank)`` in the model's coordinates for
+        ``"lowrank"`` (**The start of the low-rank factors** in the class docstring), ``None`` for
+        ``"diag"``; ``units`` the units of the location steps (``locs_unit``, see
+        **Locations**). Needs the guide's prototype."""
         args, kwargs = self._model_args(args, kwargs)
-        locs, scales, _, _, laplace, at_mode, budget, potential = self._fits_and_curvature(rng_key, args, kwargs)
+        fitted = self._fits_and_curvature(rng_key, args, kwargs)
+        locs, scales, _, _, laplace, at_mode, budget, potential, preconditioner = fitted
         units = location_units(scales, at_mode)
-        if self.covariance != "full":
+        if self.covariance == "diag":
             return locs, scales, None, units
+        if self.covariance == "lowrank":
+            # from the curvature at a certified mode, small elsewhere
+            factor = small = self._initial_cov_factor(scales)
+            if laplace is not None:
+                factor = laplace_cov_factors(laplace, units, self._rank(), at_mode, small, LOWRANK_INIT_FACTOR)
+            elif preconditioner is not None:
+                factor = curvature_cov_factors(potential, locs, units, self._rank(), at_mode, small, preconditioner,
+                                               min_scale=LOWRANK_INIT_FACTOR, budget=budget)
+            return locs, scales, factor, units
         if laplace is not None:  # the refinement's Laplace factors at these means
             return locs, scales, laplace_or_diagonal(laplace, scales), units
         # after the Newton-CG refinement the Laplace covariance only at a certified mode
         return locs, scales, laplace_scale_tril(potential, locs, scales, budget, at_mode), units
 
     def _initial_values(self, rng_key, args: tuple, kwargs: dict):
-        """``(locs (K, d), scales (K, d), scale_tril, units (K, d))`` of the initial
-        components for the model's arguments ``args``, ``kwargs`` (those of the call that
-        creates the parameters); ``scale_tril`` ``(K, d, d)`` for ``covariance="full"`` (the
-        Laplace factors of ``"fits"``, ``diag(scales)`` for ``"spread"``), ``None`` otherwise;
-        ``units`` those of the location steps (1 for ``"spread"``)."""
+        """``(locs (K, d), scales (K, d), factor, units (K, d))`` of the initial components
+        for the model's arguments ``args``, ``kwargs`` (those of the call that creates the
+        parameters); ``factor`` ``scale_tril (K, d, d)`` for ``covariance="full"`` (the
+        Laplace factors of ``"fits"``, ``diag(scales)`` for ``"spread"``), ``cov_factor``
+        ``(K, d, rank)`` in the model's coordinates for ``"lowrank"`` (see
+        :meth:`initial_components`; :meth:`_initial_cov_factor` for ``"spread"``), ``None``
+        for ``"diag"``; ``units`` those of the location steps (1 for ``"spread"``)."""
         K, d = self.num_components, self.latent_dim
         dtype = jnp.result_type(self._init_latent)
         if self.init_method == "spread":
@@ -909,6 +966,8 @@ class AutoGaussianMixture(AutoContinuous):
                 )
         if self.covariance == "full" and tril is None:
             tril = scales[..., None] * jnp.eye(d, dtype=scales.dtype)
+        if self.covariance == "lowrank" and tril is None:
+            tril = self._initial_cov_factor(scales)
         tril = None if tril is None else tril.astype(dtype)
         return locs.astype(dtype), scales.astype(dtype), tril, units.astype(dtype)
 
@@ -932,7 +991,8 @@ class AutoGaussianMixture(AutoContinuous):
         return int(round(self.latent_dim**0.5)) if self.rank is None else self.rank
 
     def _initial_cov_factor(self, scales):
-        """``(K, latent_dim, rank)``: ``LOWRANK_INIT_FACTOR * s_k G_k / sqrt(rank)`` (docstring)."""
+        """``(K, latent_dim, rank)``: ``LOWRANK_INIT_FACTOR * s_k G_k / sqrt(rank)``, the
+        factor away from a certified mode (class docstring)."""
         K, d, r = self.num_components, self.latent_dim, self._rank()
         g = np.random.default_rng(0).standard_normal((K, d, r)) / np.sqrt(r)
         return LOWRANK_INIT_FACTOR * scales[..., None] * jnp.asarray(g, scales.dtype)
@@ -986,7 +1046,7 @@ class AutoGaussianMixture(AutoContinuous):
             # in the location units (per coordinate, like the offsets): W = unit * cov_factor
             cov_factor = numpyro.param(
                 f"{self.prefix}_cov_factor",
-                lambda key: self._initial_cov_factor(initial(key)[1]) / initial(key)[3][..., None],
+                lambda key: initial(key)[2] / initial(key)[3][..., None],
                 constraint=_ScaledReal(self._cov_factor_step_scale()),
             )
             cov_diag = numpyro.param(
