@@ -792,6 +792,25 @@ def test_autoguide_lowrank_starts_from_the_laplace_covariance_leading_directions
     assert start < best + 0.01 and mean_field > best + 5, (start, best, mean_field)
 
 
+def test_autoguide_lowrank_rank_above_latent_dim_keeps_every_column_off_zero():
+    """rank 3 > latent_dim = 1 (allowed, as in NumPyro's AutoLowRankMultivariateNormal): at the
+    mode of N(2, 0.7^2) the scaled Laplace covariance is 1 (the mean field is exact), so the
+    one column the curvature gives has the floor length 0.1; the two columns beyond d keep
+    the small start 0.1 G / sqrt(rank) (G: NumPy's standard normals of seed 0), not zero, a
+    stationary point of the ELBO."""
+
+    def model():
+        numpyro.sample("z", dist.Normal(jnp.asarray(2.0, ftype()), 0.7))
+
+    guide = AutoGaussianMixture(model, num_components=1, covariance="lowrank", rank=3)
+    svi = numpyro.infer.SVI(model, guide, numpyro.optim.Adam(0.01), TraceEntropy_ELBO())
+    factor = np.asarray(svi.get_params(svi.init(jax.random.PRNGKey(0)))["auto_cov_factor"][0], np.float64)
+    assert factor.shape == (1, 3)
+    np.testing.assert_allclose(np.abs(factor[0, 0]), 0.1, rtol=1e-3)
+    g = np.random.default_rng(0).standard_normal((1, 1, 3)) / np.sqrt(3)
+    np.testing.assert_allclose(factor[0, 1:], 0.1 * g[0, 0, 1:], rtol=1e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sd", [0.5**0.5, 1e-3])
 def test_autoguide_lowrank_factor_stays_near_an_exact_start_under_adam(sd):

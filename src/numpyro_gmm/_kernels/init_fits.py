@@ -728,8 +728,12 @@ def principal_cov_factor(cov_products, units: Array, rank: int, min_scale: float
 
 
 def _usable_factors(factors: Array, usable: Array, fallback: Array) -> Array:
-    """``factors (K, d, r)`` where ``usable (K,)`` and finite, ``fallback`` elsewhere."""
+    """``factors (K, d, r)`` where ``usable (K,)`` and finite, ``fallback`` elsewhere, and
+    ``fallback``'s columns beyond ``d`` (``r > d``: :func:`principal_cov_factor` leaves them
+    zero, a stationary point)."""
     keep = usable & jnp.all(jnp.isfinite(factors), axis=(-2, -1))
+    d = factors.shape[-2]
+    factors = factors.at[..., d:].set(fallback[..., d:])
     return jnp.where(keep[:, None, None], factors, fallback)
 
 
