@@ -759,12 +759,14 @@ def curvature_cov_factors(potential_fn, locs: Array, units: Array, rank: int, us
     (:func:`principal_cov_factor`) of the Laplace covariances :math:`H_k^{-1}` at ``locs
     (K, d)`` (``H_k`` the Hessian of ``potential_fn``), where ``usable (K,)`` (a certified
     mode, :func:`newton_cg_refine`); ``fallback (K, d, rank)`` elsewhere and where not
-    finite (``min_scale`` as there). Each product :math:`H_k^{-1} v` is a :func:`conjugate_gradient` solve (at most
-    ``cg_iterations`` Hessian-vector products, relative residual ``tolerance``) with
-    ``preconditioner``'s ``P`` (:func:`hessian_preconditioner`), so no ``d x d`` matrix is
-    formed. Cost per component: ``2 m`` solves (``m = rank + NYSTROM_OVERSAMPLE``, at most
-    ``d``; within ``budget``, a Hessian-vector product counted as two gradients), ``O(d m^2)``
-    for the orthonormal columns and ``O(m^3)`` per sweep of the eigensolver."""
+    finite (``min_scale`` as there). Each product :math:`H_k^{-1} v` is a
+    :func:`conjugate_gradient` solve (at most ``cg_iterations`` Hessian-vector products,
+    relative residual ``tolerance``) with ``preconditioner``'s ``P``
+    (:func:`hessian_preconditioner`), so no ``d x d`` matrix is formed beyond the
+    preconditioner's own (none with ``"blocks"``). Cost per component: ``3 m`` solves (``m =
+    rank + NYSTROM_OVERSAMPLE``, at most ``d``; two power steps and the Nystrom products;
+    within ``budget``, a Hessian-vector product counted as two gradients), ``O(d m^2)`` for
+    the orthonormal columns and ``O(m^3)`` per sweep of the eigensolver."""
     K, d = locs.shape
     m = min(rank + NYSTROM_OVERSAMPLE, d)
     columns_at_once = budget.batch(2, m)
