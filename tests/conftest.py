@@ -153,3 +153,13 @@ def subsampled_regression(X, y, subsample_size=None):
     b = numpyro.sample("b", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
     with numpyro.plate("rows", X.shape[0], subsample_size=subsample_size) as rows:
         numpyro.sample("y", dist.Normal(X[rows] @ b, 1.0), obs=y[rows])
+
+
+def ppca_factor(c_units, rank):
+    """The probabilistic-PCA factor ``V_r diag(sqrt(max(lambda - 1, 0)))`` of a covariance in
+    the units of the mean field (``(lambda, V)`` its ``rank`` largest eigenpairs by NumPy's
+    ``eigh``, float64): the reference for the low-rank initialisation
+    (``numpyro_gmm._kernels.init_fits.principal_cov_factor``)."""
+    lam, v = np.linalg.eigh(c_units)
+    lam, v = lam[::-1][:rank], v[:, ::-1][:, :rank]
+    return v * np.sqrt(np.maximum(lam - 1.0, 0.0))

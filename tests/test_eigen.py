@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import X64
+from conftest import X64, ppca_factor
 
 from numpyro_gmm._kernels.eigen import nystrom_eigenpairs, orthonormal_columns, symmetric_eigh
 from numpyro_gmm._kernels.init_fits import principal_cov_factor
@@ -84,13 +84,6 @@ def test_nystrom_eigenpairs_exact_with_a_full_basis_and_on_a_low_rank_matrix():
     np.testing.assert_allclose(np.asarray(w)[:8], exact[::-1][:8], rtol=1e-4)
     overlap = np.abs(np.asarray(v, np.float64)[:, :8].T @ vectors[:, ::-1][:, :8])
     np.testing.assert_allclose(np.diag(overlap), 1.0, atol=1e-3)
-
-
-def ppca_factor(c_units, rank):
-    """Exact (NumPy ``eigh``) ``V_r diag(sqrt(max(lambda - 1, 0)))``."""
-    lam, v = np.linalg.eigh(c_units)
-    lam, v = lam[::-1][:rank], v[:, ::-1][:, :rank]
-    return v * np.sqrt(np.maximum(lam - 1.0, 0.0))
 
 
 @pytest.mark.parametrize("rank", [3, 40])
