@@ -18,6 +18,7 @@ from jax import lax
 from numpyro import handlers
 from numpyro.infer import SVI, Predictive, Trace_ELBO
 from scipy import integrate, stats
+from scipy.special import logsumexp
 
 from conftest import X64, guide_locs
 from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
@@ -33,6 +34,7 @@ from numpyro_gmm._kernels.init_fits import (
     is_factor,
     laplace_scale_tril,
     location_units,
+    mixture_logits,
     newton_cg_refine,
     newton_refine,
 )
@@ -66,6 +68,26 @@ def unequal_positive_mass():
     pos = integrate.quad(dens, 0, 10, epsabs=1e-13)[0]
     neg = integrate.quad(dens, -10, 0, epsabs=1e-13)[0]
     return pos / (pos + neg)
+
+
+LIGHT_MASS = 0.01
+
+
+def light_mode_model():
+    """A posterior with modes of mass ``1 - LIGHT_MASS`` at -3 and ``LIGHT_MASS`` at +3
+    (standard deviations 0.5): the log density is that Gaussian mixture's, exactly (its
+    masses in closed form), beside two standard normal coordinates."""
+    z = numpyro.sample("z", dist.Normal(0.0, 10.0))
+    heavy = jnp.log1p(-LIGHT_MASS) + dist.Normal(-3.0, 0.5).log_prob(z)
+    light = jnp.log(LIGHT_MASS) + dist.Normal(3.0, 0.5).log_prob(z)
+    numpyro.factor("mixture", jnp.logaddexp(heavy, light) - dist.Normal(0.0, 10.0).log_prob(z))
+    numpyro.sample("x", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+
+
+def light_mode_mass(locs, logits):
+    """The weight of the components on the light mode (mean of ``z`` above 0)."""
+    w = np.exp(logits - np.max(logits))
+    return float(np.sum(w[locs[:, 0] > 0]) / np.sum(w))
 
 
 def constrained_model():
@@ -147,7 +169,78 @@ def test_initial_components_on_different_modes(covariance):
     else:
         scales = np.asarray(params["auto_scale"])[:, 0]
     np.testing.assert_allclose(scales, sd, rtol=0.25)
-    np.testing.assert_array_equal(params["auto_logits"], np.zeros(2))
+    # the initial weights: the modes' masses, 1/2 each by symmetry
+    np.testing.assert_allclose(np.exp(params["auto_logits"]) / np.sum(np.exp(params["auto_logits"])), 0.5, atol=0.02)
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])
+def test_initial_weights_are_the_masses_of_the_modes(covariance):
+    """Step 5 of the initialisation: a mode of mass 0.01 (closed form, ``light_mode_model``)
+    starts at its mass, not at 1/3; the spare component (K = 3) and the other one on the
+    heavy mode share its mass."""
+    guide, params = fitted_guide(light_mode_model, num_components=3, covariance=covariance)
+    locs = guide_locs(params)
+    assert np.sum(locs[:, 0] > 0) == 1 and np.sum(locs[:, 0] < 0) == 2, locs
+    logits = np.asarray(params["auto_logits"], np.float64)
+    np.testing.assert_allclose(light_mode_mass(locs, logits), LIGHT_MASS, rtol=0.02)
+    heavy = logits[locs[:, 0] < 0]  # equal halves of the heavy mode
+    np.testing.assert_allclose(heavy[0], heavy[1], atol=0.02)
+
+
+@pytest.mark.slow
+def test_light_mode_keeps_its_mass_under_svi():
+    """1000 steps of ``Adam(0.01)`` keep the light mode's mass (0.01, closed form); from
+    equal starting weights the logits, moving about ``weight_step_scale * lr`` per step, had
+    only reached 0.081 (measured before step 5 of the initialisation)."""
+    guide = AutoGaussianMixture(light_mode_model, num_components=2)
+    svi = SVI(light_mode_model, guide, numpyro.optim.Adam(0.01), TraceEntropy_ELBO())
+    result = svi.run(jax.random.PRNGKey(0), 1000, progress_bar=False)
+    locs = guide_locs(result.params)
+    mass = light_mode_mass(locs, np.asarray(result.params["auto_logits"], np.float64))
+    np.testing.assert_allclose(mass, LIGHT_MASS, atol=0.003)
+
+
+def test_mixture_logits_of_separated_components_are_their_masses():
+    """Components equal to the separated components of a Gaussian-mixture target: the
+    weights that maximise the ELBO are the target's (closed form; KL 0); a duplicated
+    component shares its mode's mass; a mass below ``exp(-tolerance)`` times the largest
+    gets that floor."""
+    dt = jnp.float64 if X64 else jnp.float32
+    masses, means, sds = np.array([0.7, 0.3 - 1e-5, 1e-5]), np.array([-10.0, 0.0, 10.0]), np.array([1.0, 0.5, 2.0])
+    eps = np.random.default_rng(0).standard_normal(64)
+
+    def logits(comp):
+        z = means[comp][:, None] + sds[comp][:, None] * eps  # (K, n)
+        log_p = logsumexp(np.log(masses) + stats.norm.logpdf(z[..., None], means, sds), axis=-1)
+        log_q = stats.norm.logpdf(z[..., None], means[comp], sds[comp])  # (K, n, K)
+        return np.asarray(mixture_logits(jnp.asarray(log_p, dt), jnp.asarray(log_q, dt), 6.0), np.float64)
+
+    np.testing.assert_allclose(logits(np.arange(3)), np.log(masses / masses[0]).clip(-6.0), atol=1e-4)
+    dup = logits(np.array([0, 0, 1]))  # the first mode twice, the third not covered
+    np.testing.assert_allclose(dup, np.log([0.35, 0.35, 0.3 - 1e-5] / np.float64(0.35)), atol=1e-4)
+
+
+def test_mixture_logits_of_overlapping_components_reach_the_target_masses():
+    """Components of a Gaussian-mixture target 2 standard deviations apart (overlapping):
+    the ELBO's maximiser is the target's own weights 0.3 / 0.7 (KL 0, closed form), reached
+    by the steps from equal weights on 20,000 random draws of each component (the
+    estimate's noise is what the tolerance allows for)."""
+    dt = jnp.float64 if X64 else jnp.float32
+    masses, means = np.array([0.3, 0.7]), np.array([0.0, 2.0])
+    z = means[:, None] + np.random.default_rng(1).standard_normal((2, 20000))
+    log_p = logsumexp(np.log(masses) + stats.norm.logpdf(z[..., None], means), axis=-1)
+    log_q = stats.norm.logpdf(z[..., None], means)
+    w = np.exp(np.asarray(mixture_logits(jnp.asarray(log_p, dt), jnp.asarray(log_q, dt), 6.0), np.float64))
+    np.testing.assert_allclose(w / w.sum(), masses, atol=0.01)
+
+
+def test_mixture_logits_where_the_log_density_is_not_finite():
+    """A component whose points have no finite log density gets the floor (``-tolerance``);
+    where none has, the weights stay equal."""
+    log_q = jnp.zeros((3, 4, 3))
+    log_p = jnp.array([[0.0] * 4, [-1.0, jnp.nan, 0.0, 0.0], [-jnp.inf] * 4])
+    np.testing.assert_allclose(mixture_logits(log_p, log_q, 5.0)[1:], [-5.0, -5.0], atol=1e-6)
+    np.testing.assert_array_equal(mixture_logits(jnp.full((3, 4), jnp.nan), log_q, 5.0), np.zeros(3))
 
 
 SPIKE_SD, SLAB_SD, SPIKE_Y = 0.01, 10.0, 0.5

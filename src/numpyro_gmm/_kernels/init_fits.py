@@ -103,6 +103,11 @@ refinement's Laplace factors (:func:`laplace_cov_factors`) and conjugate-gradien
 the Newton-CG refinement's preconditioner beyond (:func:`curvature_cov_factors`); the leading
 eigenpairs come from a randomised Nystrom approximation with LAPACK-free orthonormalisation
 and eigensolver (:mod:`numpyro_gmm._kernels.eigen`).
+
+**Weights** (:func:`mixture_logits`). Given the initial components, the weights that
+maximise the mixture's ELBO, estimated on points of each component, by exponentiated-gradient
+ascent: for components on different modes, weights proportional to the exponentials of the
+components' own ELBOs (the modes' masses in the Gaussian approximation).
 """
 
 from __future__ import annotations
@@ -814,3 +819,66 @@ def location_units(scales: Array, at_mode: Array | None) -> Array:
     if at_mode is None:
         return jnp.ones_like(scales)
     return jnp.where(at_mode[:, None], scales, jnp.ones_like(scales))
+
+
+#: Steps of :func:`mixture_logits` (exponentiated-gradient steps of length 1).
+WEIGHT_ITERATIONS = 64
+
+
+def mixture_logits(log_p: Array, log_q: Array, tolerance: float, num_iterations: int = WEIGHT_ITERATIONS) -> Array:
+    r"""``(K,)`` logits (largest 0) of the weights ``w`` that maximise the ELBO of the mixture
+    :math:`q_w = \sum_j w_j N_j` of ``K`` fixed Gaussian components, estimated on ``n`` points
+    :math:`z_{ki} \sim N_k` of each component (stratified: each component's term on its own
+    points),
+
+    .. math::
+
+        \hat F(w) = \sum_k w_k a_k - \sum_k w_k b_k(w), \qquad
+        a_k = \frac1n \sum_i \ln p(z_{ki}), \qquad
+        b_k(w) = \frac1n \sum_i \ln \sum_j w_j N_j(z_{ki}),
+
+    by exponentiated-gradient (mirror) ascent with steps of length 1,
+    :math:`\ln w_k \leftarrow \ln w_k + \partial_k \hat F(w) + \text{const}`, from equal
+    weights, where
+
+    .. math::
+
+        \partial_k \hat F = a_k - b_k(w) - \sum_l \frac{w_l}{n} \sum_i
+        \frac{N_k(z_{li})}{q_w(z_{li})}
+
+    (the last sum is 1 in expectation). For components that do not overlap
+    (:math:`q_w(z_{ki}) = w_k N_k(z_{ki})`) one step gives :math:`w_k \propto e^{\mathcal L_k}`,
+    :math:`\mathcal L_k = a_k + H[N_k]` the component's own ELBO (in the Gaussian
+    approximation, the log-mass of its mode), the optimum; components that overlap share
+    their mode's mass (equal ones equally, by symmetry). The mixture's entropy is
+    1-smooth relative to the weights' negative entropy (by Cauchy-Schwarz,
+    :math:`\int (\sum_j v_j N_j)^2 / q_w \le \sum_j v_j^2 / w_j`), so steps of length 1 do not
+    overshoot (Lu, Freund, Nesterov, *Relatively smooth convex optimization by first-order
+    methods*, SIAM J. Optim. 2018). The log-weights are kept within ``tolerance`` nats of the
+    largest (each step and at the end), so that no component starts too light to be moved
+    by an optimiser's steps; a component whose ``a_k`` is not finite gets that floor, and
+    where none is finite the weights stay equal.
+
+    :param log_p: ``(K, n)``, ``ln p(z_ki)`` (up to a common constant).
+    :param log_q: ``(K, n, K)``, ``ln N_j(z_ki)``.
+    :param tolerance: ``> 0``, the log-weights' range.
+    :return: ``(K,)``, finite.
+    """
+    K = log_p.shape[0]
+    a = jnp.mean(log_p, axis=1)
+    a = jnp.where(jnp.isfinite(a), a, -jnp.inf)
+    any_finite = jnp.any(jnp.isfinite(a))
+    a = jnp.where(any_finite, a, 0.0)
+
+    def floored(log_w):
+        log_w = jnp.maximum(log_w, jnp.max(log_w) - tolerance)
+        return log_w - jax.nn.logsumexp(log_w)
+
+    def step(log_w, _):
+        log_mix = jax.nn.logsumexp(log_w + log_q, axis=-1)  # (K, n): ln q_w(z_ki)
+        b = jnp.mean(log_mix, axis=1)
+        c = jnp.einsum("l,lik->k", jnp.exp(log_w), jnp.exp(log_q - log_mix[..., None])) / log_p.shape[1]
+        return floored(log_w + a - b - c), None
+
+    log_w, _ = lax.scan(step, jnp.full((K,), -np.log(K), log_p.dtype), None, length=num_iterations)
+    return log_w - jnp.max(log_w)
