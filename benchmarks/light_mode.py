@@ -11,7 +11,7 @@ the component on the light mode at the start and after each checkpoint, its erro
 
 Usage::
 
-    python benchmarks/light_mode.py [--masses 0.1,0.01,0.001] [--lr 0.01] [--steps 300,1000,3000]
+    python benchmarks/light_mode.py [--masses 0.1,0.01,0.003] [--lr 0.01] [--steps 300,1000,3000]
         [--seeds 5] [--dim 3] [--covariance full]
 """
 
@@ -34,7 +34,7 @@ from numpyro_gmm import AutoGaussianMixture, TraceEntropy_ELBO
 class EqualStart(AutoGaussianMixture):
     """The guide with the initial weights equal (the start before step 5)."""
 
-    def _initial_logits(self, potential, budget, locs, scales, factor):
+    def _initial_logits(self, potential, budget, locs, scales, factor, at_mode):
         return jnp.zeros(locs.shape[0], locs.dtype)
 
 
@@ -79,7 +79,7 @@ def light_weights(guide_class, mass, d, covariance, lr, checkpoints, seeds):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--masses", default="0.1,0.01,0.001")
+    parser.add_argument("--masses", default="0.1,0.01,0.003")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--steps", default="300,1000,3000", help="checkpoints (cumulative steps)")
     parser.add_argument("--seeds", type=int, default=5)

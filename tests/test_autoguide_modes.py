@@ -209,15 +209,19 @@ def test_mixture_logits_of_separated_components_are_their_masses():
     masses, means, sds = np.array([0.7, 0.3 - 1e-5, 1e-5]), np.array([-10.0, 0.0, 10.0]), np.array([1.0, 0.5, 2.0])
     eps = np.random.default_rng(0).standard_normal(64)
 
-    def logits(comp):
+    def logits(comp, free=None):
         z = means[comp][:, None] + sds[comp][:, None] * eps  # (K, n)
         log_p = logsumexp(np.log(masses) + stats.norm.logpdf(z[..., None], means, sds), axis=-1)
         log_q = stats.norm.logpdf(z[..., None], means[comp], sds[comp])  # (K, n, K)
-        return np.asarray(mixture_logits(jnp.asarray(log_p, dt), jnp.asarray(log_q, dt), 6.0), np.float64)
+        return np.asarray(mixture_logits(jnp.asarray(log_p, dt), jnp.asarray(log_q, dt), 6.0, free), np.float64)
 
     np.testing.assert_allclose(logits(np.arange(3)), np.log(masses / masses[0]).clip(-6.0), atol=1e-4)
     dup = logits(np.array([0, 0, 1]))  # the first mode twice, the third not covered
     np.testing.assert_allclose(dup, np.log([0.35, 0.35, 0.3 - 1e-5] / np.float64(0.35)), atol=1e-4)
+    # only the free weights optimised: the second keeps 1/3, the others share 2/3 as 0.7 : 0.3
+    w = np.exp(logits(np.array([0, 2, 1]), jnp.array([True, False, True])))
+    np.testing.assert_allclose(w / w.sum(), [2 / 3 * 0.7, 1 / 3, 2 / 3 * (0.3 - 1e-5)], rtol=1e-4)
+    np.testing.assert_array_equal(logits(np.arange(3), jnp.zeros(3, bool)), np.zeros(3))  # none free: equal
 
 
 def test_mixture_logits_of_overlapping_components_reach_the_target_masses():

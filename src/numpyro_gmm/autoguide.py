@@ -423,17 +423,25 @@ class AutoGaussianMixture(AutoContinuous):
        fit's standard deviations ``s`` (``scale = s``; ``cov_diag = s^2`` for
        ``covariance="lowrank"``, with the Laplace covariance's leading directions as
        ``cov_factor`` at a certified mode: **The start of the low-rank factors** below);
-    5. the weights start at those that maximise the ELBO of the mixture of these ``K``
-       components, estimated on 64 quasi-random points of each (``K`` times as many
-       evaluations of the log density; exponentiated-gradient ascent, see
+    5. the weights of the components at a mode certified by step 2's refinement start at
+       those that maximise the ELBO of the mixture of these ``K`` components, estimated on 64
+       quasi-random points of each (``K`` times as many evaluations of the log density;
+       exponentiated-gradient ascent, see
        :func:`numpyro_gmm._kernels.init_fits.mixture_logits`): for components on different
        modes, weights proportional to the exponentials of their own ELBOs, the Gaussian
        approximation of the modes' masses; components on the same mode share its mass. The
-       log-weights are kept within ``init_tolerance`` nats of the largest. Before, the
+       log-weights are kept within ``init_tolerance`` nats of the largest. A component
+       not at a certified mode keeps ``1 / K`` (its own ELBO says little about the mass
+       it will hold once it has moved), and without the refinement all weights start
+       equal: in an ``AutoGuideList`` whose other guides' sites are hidden (see below) the
+       fits saw one prior draw of those sites and both components started near ``a = 0``,
+       away from the posterior's modes at ``+-2``, one of them uncertified; weighted by
+       its ELBO it started at 0.0025 and held 0.07 of the mass after 2000 steps (1/2 by
+       symmetry; ``tests/test_autoguide_modes.py``). Before, the
        weights started equal and a mode of small mass was reached only as fast as the logits
        move (about ``weight_step_scale * lr`` per step, see **Weights**): on a posterior
        with modes of mass 0.99 and 0.01 (``K = 2``, ``Adam(0.01)``, 5 seeds, medians) the
-       light mode kept 0.255 / 0.081 / 0.022 after 300 / 1000 / 3000 steps; now it starts at
+       light mode kept 0.255 / 0.081 / 0.0215 after 300 / 1000 / 3000 steps; now it starts at
        0.0100 and stays there (``benchmarks/light_mode.py``, float32 and float64; a mass of
        0.003 likewise; one below ``exp(-init_tolerance)`` times the largest, 0.001, is not
        among the eligible fits and gets no component). Cost: the model's log density at
@@ -961,14 +969,18 @@ class AutoGaussianMixture(AutoContinuous):
             factor = laplace_or_diagonal(laplace, scales)
         else:  # after the Newton-CG refinement the Laplace covariance only at a certified mode
             factor = laplace_scale_tril(potential, locs, scales, budget, at_mode)
-        return locs, scales, factor, units, self._initial_logits(potential, budget, locs, scales, factor)
+        return locs, scales, factor, units, self._initial_logits(potential, budget, locs, scales, factor, at_mode)
 
-    def _initial_logits(self, potential, budget: MemoryBudget, locs, scales, factor):
+    def _initial_logits(self, potential, budget: MemoryBudget, locs, scales, factor, at_mode):
         """``(K,)`` logits of the weights that maximise the ELBO of the initial components
-        (step 5 of the class docstring): :func:`~numpyro_gmm._kernels.init_fits.mixture_logits`
-        on :data:`NEWTON_SCORE_DRAWS` quasi-random points of each component, ``K`` times as
-        many evaluations of the log density (within the memory ``budget``) and ``K^2`` times as
-        many of a component's density."""
+        (step 5 of the class docstring) over those of the components at a certified mode
+        (``at_mode (K,)``; none where it is ``None``), the others keeping ``1 / K``:
+        :func:`~numpyro_gmm._kernels.init_fits.mixture_logits` on :data:`NEWTON_SCORE_DRAWS`
+        quasi-random points of each component, ``K`` times as many evaluations of the log
+        density (within the memory ``budget``) and ``K^2`` times as many of a component's
+        density."""
+        if at_mode is None:  # no refinement: no component certified, the weights equal
+            return jnp.zeros(locs.shape[0], locs.dtype)
         K, d = locs.shape
         lowrank = self.covariance == "lowrank"
         mixture = self._make_mixture(jnp.zeros(K, locs.dtype), locs,
@@ -979,8 +991,9 @@ class AutoGaussianMixture(AutoContinuous):
         flat = z.reshape(n * K, d)
         log_p = -map_batched(potential, budget.batch(1, n * K), flat).reshape(n, K).T
         components = mixture.component_distribution
-        log_q = lax.map(lambda z_i: components.log_prob(z_i[:, None, :]), z)  # (n, K, K), one point at a time
-        return mixture_logits(log_p, jnp.swapaxes(log_q, 0, 1), self.init_tolerance)
+        # (K, n, K), one component's points at a time: working arrays (n, K, d), not (n, K, K, d)
+        log_q = lax.map(lambda z_k: components.log_prob(z_k[:, None, :]), jnp.swapaxes(z, 0, 1))
+        return mixture_logits(log_p, log_q, self.init_tolerance, at_mode)
 
     def _initial_values(self, rng_key, args: tuple, kwargs: dict):
         """``(locs (K, d), scales (K, d), factor, units (K, d), logits (K,))`` of the initial

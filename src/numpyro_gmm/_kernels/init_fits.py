@@ -825,7 +825,8 @@ def location_units(scales: Array, at_mode: Array | None) -> Array:
 WEIGHT_ITERATIONS = 64
 
 
-def mixture_logits(log_p: Array, log_q: Array, tolerance: float, num_iterations: int = WEIGHT_ITERATIONS) -> Array:
+def mixture_logits(log_p: Array, log_q: Array, tolerance: float, free: Array | None = None,
+                   num_iterations: int = WEIGHT_ITERATIONS) -> Array:
     r"""``(K,)`` logits (largest 0) of the weights ``w`` that maximise the ELBO of the mixture
     :math:`q_w = \sum_j w_j N_j` of ``K`` fixed Gaussian components, estimated on ``n`` points
     :math:`z_{ki} \sim N_k` of each component (stratified: each component's term on its own
@@ -854,31 +855,38 @@ def mixture_logits(log_p: Array, log_q: Array, tolerance: float, num_iterations:
     1-smooth relative to the weights' negative entropy (by Cauchy-Schwarz,
     :math:`\int (\sum_j v_j N_j)^2 / q_w \le \sum_j v_j^2 / w_j`), so steps of length 1 do not
     overshoot (Lu, Freund, Nesterov, *Relatively smooth convex optimization by first-order
-    methods*, SIAM J. Optim. 2018). The log-weights are kept within ``tolerance`` nats of the
-    largest (each step and at the end), so that no component starts too light to be moved
-    by an optimiser's steps; a component whose ``a_k`` is not finite gets that floor, and
-    where none is finite the weights stay equal.
+    methods*, SIAM J. Optim. 2018). Only the ``free`` components' weights are optimised: the
+    others keep the equal start's ``1 / K`` (each step projects onto that set, in the
+    Kullback-Leibler divergence: the free weights rescaled to their total), and so do all
+    where none is free. The free log-weights are kept within ``tolerance`` nats of the largest
+    (each step), so that no component starts too light to be moved by an optimiser's steps;
+    a component whose ``a_k`` is not finite gets that floor, and where none is finite the
+    weights stay equal.
 
     :param log_p: ``(K, n)``, ``ln p(z_ki)`` (up to a common constant).
     :param log_q: ``(K, n, K)``, ``ln N_j(z_ki)``.
     :param tolerance: ``> 0``, the log-weights' range.
+    :param free: ``(K,)`` bool, the weights optimised (default: all).
     :return: ``(K,)``, finite.
     """
     K = log_p.shape[0]
+    free = jnp.ones(K, bool) if free is None else free
     a = jnp.mean(log_p, axis=1)
     a = jnp.where(jnp.isfinite(a), a, -jnp.inf)
-    any_finite = jnp.any(jnp.isfinite(a))
-    a = jnp.where(any_finite, a, 0.0)
+    free = free & jnp.any(jnp.isfinite(a) & free)  # none free where no free one's a_k is finite
+    equal = jnp.full((K,), -np.log(K), log_p.dtype)
+    free_mass = jnp.log(jnp.maximum(jnp.sum(free), 1) / K).astype(log_p.dtype)
 
-    def floored(log_w):
-        log_w = jnp.maximum(log_w, jnp.max(log_w) - tolerance)
-        return log_w - jax.nn.logsumexp(log_w)
+    def projected(log_w):
+        largest = jnp.max(jnp.where(free, log_w, -jnp.inf))
+        log_w = jnp.where(free, jnp.maximum(log_w, largest - tolerance), -jnp.inf)
+        return jnp.where(free, log_w - jax.nn.logsumexp(log_w) + free_mass, equal)
 
     def step(log_w, _):
         log_mix = jax.nn.logsumexp(log_w + log_q, axis=-1)  # (K, n): ln q_w(z_ki)
         b = jnp.mean(log_mix, axis=1)
         c = jnp.einsum("l,lik->k", jnp.exp(log_w), jnp.exp(log_q - log_mix[..., None])) / log_p.shape[1]
-        return floored(log_w + a - b - c), None
+        return projected(jnp.where(free, log_w + a - b - c, equal)), None
 
-    log_w, _ = lax.scan(step, jnp.full((K,), -np.log(K), log_p.dtype), None, length=num_iterations)
+    log_w, _ = lax.scan(step, equal, None, length=num_iterations)
     return log_w - jnp.max(log_w)
