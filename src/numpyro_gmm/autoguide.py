@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,7 @@ from numpyro.util import not_jax_tracer
 
 from ._kernels import prng
 from ._kernels.init_fits import (
+    HessianPreconditioner,
     choose_separated,
     curvature_cov_factors,
     fit_diagonal_gaussians,
@@ -43,6 +45,8 @@ from .distribution import GaussianMixture
 from .entropy import DEFAULT_METHOD
 
 __all__ = ["AutoGaussianMixture"]
+
+Array = jnp.ndarray
 
 _COVARIANCES = ("full", "diag", "lowrank")
 #: Scale of the initial ``cov_factor`` of ``covariance="lowrank"`` relative to the initial
@@ -308,6 +312,20 @@ def _warn_if_likelihood_blocked(model, prototype_trace, prefix: str) -> None:
         UserWarning,
         stacklevel=4,
     )
+
+
+class _Fitted(NamedTuple):
+    """What :meth:`AutoGaussianMixture._fits_and_curvature` returns."""
+
+    locs: Array  #: (K, d), the chosen fits' means
+    scales: Array  #: (K, d), their standard deviations
+    chosen: Array  #: (K,), their indices into ``fits``
+    fits: tuple  #: (locs (C, d), scales (C, d), scores (C,)) of all candidates (see initial_fits)
+    laplace: Array | None  #: (K, d, d) Laplace factors of the Newton refinement (NaN: not PD); None without it
+    at_mode: Array | None  #: (K,) whether each is at a certified mode; None without the refinement
+    budget: MemoryBudget  #: the memory budget the kernels used
+    potential: Callable  #: the model's potential in the latent space
+    preconditioner: HessianPreconditioner | None  #: the Newton-CG refinement's, None where it did not run
 
 
 class AutoGaussianMixture(AutoContinuous):
@@ -882,7 +900,8 @@ class AutoGaussianMixture(AutoContinuous):
         starting points; else ``C = M``, the fits), ``chosen`` indexing them, for the
         model's arguments ``args``, ``kwargs`` (where none are given, those of the guide's
         first call). Needs the guide's prototype (its first call)."""
-        return self._fits_and_curvature(rng_key, *self._model_args(args, kwargs))[:4]
+        fitted = self._fits_and_curvature(rng_key, *self._model_args(args, kwargs))
+        return fitted.locs, fitted.scales, fitted.chosen, fitted.fits
 
     def _memory_budget(self, potential):
         """The initialisation's :class:`~numpyro_gmm._kernels.memory.MemoryBudget`: one
@@ -898,14 +917,9 @@ class AutoGaussianMixture(AutoContinuous):
             return UNBOUNDED
         return MemoryBudget(evaluation, INIT_MEMORY_BYTES)
 
-    def _fits_and_curvature(self, rng_key, args: tuple, kwargs: dict):
-        """:meth:`initial_fits` and the lower Cholesky factors ``(K, d, d)`` of the chosen
-        fits' Laplace covariances (inverse Hessians) from the Newton refinement (NaN where
-        the Hessian is not positive definite; ``None`` where the refinement did not run),
-        whether each chosen fit is at a certified mode (``None`` likewise), the memory budget
-        the kernels used (:meth:`_memory_budget`), the potential, and the Newton-CG
-        refinement's :class:`~numpyro_gmm._kernels.init_fits.HessianPreconditioner`
-        (``None`` where it did not run), for the model's arguments ``args``, ``kwargs``."""
+    def _fits_and_curvature(self, rng_key, args: tuple, kwargs: dict) -> _Fitted:
+        """Steps 1-3 of the class docstring and what the initial components need of them
+        (:class:`_Fitted`), for the model's arguments ``args``, ``kwargs``."""
         start_key, fit_key = prng.split(rng_key)
         starts = self.starting_points(start_key, *args, **kwargs)
         potential = self._latent_potential(args, kwargs)
@@ -931,9 +945,9 @@ class AutoGaussianMixture(AutoContinuous):
                 locs, scales, scores, at_mode = newton_cg_refine(
                     potential, locs, scales, best, preconditioner=preconditioner, **options)
         chosen = choose_separated(locs, scales, scores, self.num_components, self.init_tolerance)
-        return (locs[chosen], scales[chosen], chosen, (locs, scales, scores),
-                None if laplace is None else laplace[chosen], None if at_mode is None else at_mode[chosen],
-                budget, potential, preconditioner)
+        return _Fitted(locs[chosen], scales[chosen], chosen, (locs, scales, scores),
+                       None if laplace is None else laplace[chosen], None if at_mode is None else at_mode[chosen],
+                       budget, potential, preconditioner)
 
     # -- parameters -----------------------------------------------------------------------
 
@@ -953,7 +967,8 @@ class AutoGaussianMixture(AutoContinuous):
         prototype."""
         args, kwargs = self._model_args(args, kwargs)
         fitted = self._fits_and_curvature(rng_key, args, kwargs)
-        locs, scales, _, _, laplace, at_mode, budget, potential, preconditioner = fitted
+        locs, scales, laplace, at_mode = fitted.locs, fitted.scales, fitted.laplace, fitted.at_mode
+        budget, potential, preconditioner = fitted.budget, fitted.potential, fitted.preconditioner
         units = location_units(scales, at_mode)
         if self.covariance == "diag":
             factor = None
